@@ -1,0 +1,282 @@
+// CPU element-wise kernels: fill, cast, unary ops and their fused gradients, binary ops with
+// broadcasting, where.
+#include <cmath>
+#include <cstring>
+#include <numbers>
+#include <type_traits>
+
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/strided_loops.h"
+
+namespace keras::cpu {
+
+std::vector<std::int64_t> broadcast_strides(const Shape& shape, const Shape& out_shape) {
+  std::vector<std::int64_t> own = row_major_strides(shape);
+  std::vector<std::int64_t> strides(out_shape.size(), 0);
+  std::size_t offset = out_shape.size() - shape.size();
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    strides[offset + i] = shape[i] == 1 ? 0 : own[i];
+  }
+  return strides;
+}
+
+namespace {
+
+template <typename T>
+T* pointer(Tensor& x) {
+  return static_cast<T*>(x.raw_data());
+}
+template <typename T>
+const T* pointer(const Tensor& x) {
+  return static_cast<const T*>(x.raw_data());
+}
+
+// Runs out[i] = fn(x[i]) over contiguous data, in parallel for large tensors.
+template <typename In, typename Out, typename Fn>
+void map_contiguous(const In* x, Out* out, std::int64_t count, Fn fn) {
+  parallel_for(count, kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) out[i] = fn(x[i]);
+  });
+}
+
+template <typename T>
+T gelu_value(T x) {
+  return static_cast<T>(0.5) * x *
+         (static_cast<T>(1) + std::erf(x * static_cast<T>(std::numbers::sqrt2 / 2)));
+}
+
+template <typename T>
+T sigmoid_value(T x) {
+  return x >= 0 ? static_cast<T>(1) / (static_cast<T>(1) + std::exp(-x))
+                : std::exp(x) / (static_cast<T>(1) + std::exp(x));
+}
+
+}  // namespace
+
+void fill(Tensor& out, double value) {
+  dispatch_dtype(out.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* data = pointer<T>(out);
+    T typed = static_cast<T>(value);
+    parallel_for(out.size(), kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) data[i] = typed;
+    });
+  });
+}
+
+void cast(const Tensor& x, Tensor& out) {
+  if (x.dtype() == out.dtype()) {
+    if (x.raw_data() != out.raw_data()) std::memcpy(out.raw_data(), x.raw_data(), x.nbytes());
+    return;
+  }
+  dispatch_dtype(x.dtype(), [&](auto in_zero) {
+    using In = decltype(in_zero);
+    dispatch_dtype(out.dtype(), [&](auto out_zero) {
+      using Out = decltype(out_zero);
+      map_contiguous(pointer<In>(x), pointer<Out>(out), x.size(), [](In value) {
+        if constexpr (std::is_same_v<Out, bool>) {
+          return value != In{};
+        } else {
+          return static_cast<Out>(value);
+        }
+      });
+    });
+  });
+}
+
+void unary(UnaryOp op, const Tensor& x, Tensor& out) {
+  std::int64_t count = x.size();
+  if (op == UnaryOp::logical_not) {
+    map_contiguous(pointer<bool>(x), pointer<bool>(out), count, [](bool v) { return !v; });
+    return;
+  }
+  dispatch_numeric(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* in = pointer<T>(x);
+    T* result = pointer<T>(out);
+    auto run = [&](auto fn) { map_contiguous(in, result, count, fn); };
+    switch (op) {
+      case UnaryOp::negative: run([](T v) { return static_cast<T>(-v); }); break;
+      case UnaryOp::abs:
+        run([](T v) {
+          if constexpr (std::is_unsigned_v<T>) {
+            return v;
+          } else {
+            return static_cast<T>(v < 0 ? -v : v);
+          }
+        });
+        break;
+      case UnaryOp::sign: run([](T v) { return static_cast<T>((T{} < v) - (v < T{})); }); break;
+      case UnaryOp::square: run([](T v) { return static_cast<T>(v * v); }); break;
+      case UnaryOp::relu: run([](T v) { return v > T{} ? v : T{}; }); break;
+      default:
+        if constexpr (std::is_floating_point_v<T>) {
+          switch (op) {
+            case UnaryOp::exp: run([](T v) { return std::exp(v); }); break;
+            case UnaryOp::log: run([](T v) { return std::log(v); }); break;
+            case UnaryOp::sqrt: run([](T v) { return std::sqrt(v); }); break;
+            case UnaryOp::rsqrt: run([](T v) { return T{1} / std::sqrt(v); }); break;
+            case UnaryOp::reciprocal: run([](T v) { return T{1} / v; }); break;
+            case UnaryOp::tanh: run([](T v) { return std::tanh(v); }); break;
+            case UnaryOp::sigmoid: run([](T v) { return sigmoid_value(v); }); break;
+            case UnaryOp::gelu: run([](T v) { return gelu_value(v); }); break;
+            default: break;
+          }
+        }
+        break;
+    }
+  });
+}
+
+void unary_gradient(UnaryOp op, const Tensor& x, const Tensor& output_gradient,
+                    Tensor& input_gradient) {
+  dispatch_floating(x.dtype(), unary_op_name(op), [&](auto zero) {
+    using T = decltype(zero);
+    const T* in = pointer<T>(x);
+    const T* grad = pointer<T>(output_gradient);
+    T* result = pointer<T>(input_gradient);
+    auto run = [&](auto derivative) {
+      parallel_for(x.size(), kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) result[i] = grad[i] * derivative(in[i]);
+      });
+    };
+    switch (op) {
+      case UnaryOp::relu: run([](T v) { return v > T{} ? T{1} : T{}; }); break;
+      case UnaryOp::tanh:
+        run([](T v) {
+          T t = std::tanh(v);
+          return T{1} - t * t;
+        });
+        break;
+      case UnaryOp::sigmoid:
+        run([](T v) {
+          T s = sigmoid_value(v);
+          return s * (T{1} - s);
+        });
+        break;
+      case UnaryOp::gelu:
+        run([](T v) {
+          T cdf = T{0.5} * (T{1} + std::erf(v * static_cast<T>(std::numbers::sqrt2 / 2)));
+          T pdf = std::exp(T{-0.5} * v * v) * static_cast<T>(0.5 * std::numbers::inv_sqrtpi *
+                                                               std::numbers::sqrt2);
+          return cdf + v * pdf;
+        });
+        break;
+      default:
+        throw Error(str("internal error: no fused gradient for ", unary_op_name(op)));
+    }
+  });
+}
+
+namespace {
+
+template <typename T, typename Out, typename Fn>
+void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, Fn fn) {
+  auto plan = make_plan<3>(out.shape(), {broadcast_strides(a.shape(), out.shape()),
+                                         broadcast_strides(b.shape(), out.shape()),
+                                         row_major_strides(out.shape())});
+  const T* pa = pointer<T>(a);
+  const T* pb = pointer<T>(b);
+  Out* po = pointer<Out>(out);
+  for_each_row<3>(plan, [&](const std::array<std::int64_t, 3>& offsets,
+                            const std::array<std::int64_t, 3>& strides, std::int64_t count) {
+    const T* ra = pa + offsets[0];
+    const T* rb = pb + offsets[1];
+    Out* ro = po + offsets[2];
+    // Separate loops for the stride patterns let the compiler vectorise each one.
+    if (strides[0] == 1 && strides[1] == 1) {
+      for (std::int64_t i = 0; i < count; ++i) ro[i] = fn(ra[i], rb[i]);
+    } else if (strides[0] == 1 && strides[1] == 0) {
+      T vb = rb[0];
+      for (std::int64_t i = 0; i < count; ++i) ro[i] = fn(ra[i], vb);
+    } else if (strides[0] == 0 && strides[1] == 1) {
+      T va = ra[0];
+      for (std::int64_t i = 0; i < count; ++i) ro[i] = fn(va, rb[i]);
+    } else {
+      for (std::int64_t i = 0; i < count; ++i) ro[i] = fn(ra[i * strides[0]], rb[i * strides[1]]);
+    }
+  });
+}
+
+}  // namespace
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  if (op == BinaryOp::logical_and || op == BinaryOp::logical_or) {
+    if (op == BinaryOp::logical_and) {
+      binary_loop<bool, bool>(a, b, out, [](bool x, bool y) { return x && y; });
+    } else {
+      binary_loop<bool, bool>(a, b, out, [](bool x, bool y) { return x || y; });
+    }
+    return;
+  }
+  dispatch_dtype(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    switch (op) {
+      case BinaryOp::equal: binary_loop<T, bool>(a, b, out, [](T x, T y) { return x == y; }); return;
+      case BinaryOp::not_equal:
+        binary_loop<T, bool>(a, b, out, [](T x, T y) { return x != y; });
+        return;
+      case BinaryOp::less: binary_loop<T, bool>(a, b, out, [](T x, T y) { return x < y; }); return;
+      case BinaryOp::less_equal:
+        binary_loop<T, bool>(a, b, out, [](T x, T y) { return x <= y; });
+        return;
+      case BinaryOp::greater: binary_loop<T, bool>(a, b, out, [](T x, T y) { return x > y; }); return;
+      case BinaryOp::greater_equal:
+        binary_loop<T, bool>(a, b, out, [](T x, T y) { return x >= y; });
+        return;
+      default: break;
+    }
+    if constexpr (!std::is_same_v<T, bool>) {
+      switch (op) {
+        case BinaryOp::add: binary_loop<T, T>(a, b, out, [](T x, T y) { return static_cast<T>(x + y); }); break;
+        case BinaryOp::subtract:
+          binary_loop<T, T>(a, b, out, [](T x, T y) { return static_cast<T>(x - y); });
+          break;
+        case BinaryOp::multiply:
+          binary_loop<T, T>(a, b, out, [](T x, T y) { return static_cast<T>(x * y); });
+          break;
+        case BinaryOp::divide:
+          if constexpr (std::is_integral_v<T>) {
+            binary_loop<T, T>(a, b, out, [](T x, T y) {
+              if (y == 0) throw ValueError("divide: integer division by zero");
+              return static_cast<T>(x / y);
+            });
+          } else {
+            binary_loop<T, T>(a, b, out, [](T x, T y) { return x / y; });
+          }
+          break;
+        case BinaryOp::maximum: binary_loop<T, T>(a, b, out, [](T x, T y) { return x >= y ? x : y; }); break;
+        case BinaryOp::minimum: binary_loop<T, T>(a, b, out, [](T x, T y) { return x <= y ? x : y; }); break;
+        case BinaryOp::power:
+          binary_loop<T, T>(a, b, out, [](T x, T y) {
+            return static_cast<T>(std::pow(static_cast<double>(x), static_cast<double>(y)));
+          });
+          break;
+        default: break;
+      }
+    }
+  });
+}
+
+void where(const Tensor& condition, const Tensor& a, const Tensor& b, Tensor& out) {
+  dispatch_dtype(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    auto plan = make_plan<4>(out.shape(), {broadcast_strides(condition.shape(), out.shape()),
+                                           broadcast_strides(a.shape(), out.shape()),
+                                           broadcast_strides(b.shape(), out.shape()),
+                                           row_major_strides(out.shape())});
+    const bool* pc = pointer<bool>(condition);
+    const T* pa = pointer<T>(a);
+    const T* pb = pointer<T>(b);
+    T* po = pointer<T>(out);
+    for_each_row<4>(plan, [&](const std::array<std::int64_t, 4>& offsets,
+                              const std::array<std::int64_t, 4>& strides, std::int64_t count) {
+      for (std::int64_t i = 0; i < count; ++i) {
+        po[offsets[3] + i] = pc[offsets[0] + i * strides[0]] ? pa[offsets[1] + i * strides[1]]
+                                                             : pb[offsets[2] + i * strides[2]];
+      }
+    });
+  });
+}
+
+}  // namespace keras::cpu

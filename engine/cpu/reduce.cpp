@@ -1,0 +1,136 @@
+// CPU reductions. Any set of axes is reduced as a sequence of blocks of consecutive axes; one
+// block views the tensor as [outer, reduced, inner], which covers row sums (inner = 1, e.g. a
+// loss over classes) and column sums (outer = 1, e.g. a bias gradient over the batch) with
+// vectorisable loops.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/strided_loops.h"
+
+namespace keras::cpu {
+namespace {
+
+template <typename T>
+void reduce_block(ReduceOp op, const T* in, T* out, std::int64_t outer, std::int64_t reduced,
+                  std::int64_t inner) {
+  using Accumulator = std::conditional_t<std::is_floating_point_v<T>, double, std::int64_t>;
+  if (inner == 1) {
+    parallel_for(outer, std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(reduced, 1)),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   for (std::int64_t o = begin; o < end; ++o) {
+                     const T* row = in + o * reduced;
+                     if (op == ReduceOp::sum) {
+                       Accumulator total = 0;
+                       for (std::int64_t r = 0; r < reduced; ++r) total += row[r];
+                       out[o] = static_cast<T>(total);
+                     } else {
+                       T best = row[0];
+                       for (std::int64_t r = 1; r < reduced; ++r) {
+                         best = op == ReduceOp::max ? std::max(best, row[r]) : std::min(best, row[r]);
+                       }
+                       out[o] = best;
+                     }
+                   }
+                 });
+    return;
+  }
+  // inner > 1: accumulate whole rows; parallel over outer, or over inner columns if outer = 1.
+  auto run = [&](std::int64_t o, std::int64_t column_begin, std::int64_t column_end) {
+    T* destination = out + o * inner;
+    const T* source = in + o * reduced * inner;
+    if (reduced == 0) {
+      for (std::int64_t i = column_begin; i < column_end; ++i) destination[i] = T{};
+      return;
+    }
+    for (std::int64_t i = column_begin; i < column_end; ++i) destination[i] = source[i];
+    for (std::int64_t r = 1; r < reduced; ++r) {
+      const T* row = source + r * inner;
+      if (op == ReduceOp::sum) {
+        for (std::int64_t i = column_begin; i < column_end; ++i) destination[i] += row[i];
+      } else if (op == ReduceOp::max) {
+        for (std::int64_t i = column_begin; i < column_end; ++i) {
+          destination[i] = std::max(destination[i], row[i]);
+        }
+      } else {
+        for (std::int64_t i = column_begin; i < column_end; ++i) {
+          destination[i] = std::min(destination[i], row[i]);
+        }
+      }
+    }
+  };
+  std::int64_t work_per_outer = std::max<std::int64_t>(1, reduced * inner);
+  if (outer == 1) {
+    parallel_for(inner, std::max<std::int64_t>(16, kParallelGrain / std::max<std::int64_t>(reduced, 1)),
+                 [&](std::int64_t begin, std::int64_t end) { run(0, begin, end); });
+  } else {
+    parallel_for(outer, std::max<std::int64_t>(1, kParallelGrain / work_per_outer),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   for (std::int64_t o = begin; o < end; ++o) run(o, 0, inner);
+                 });
+  }
+}
+
+}  // namespace
+
+void reduce(ReduceOp op, const Tensor& x, const std::vector<int>& axes, Tensor& out) {
+  dispatch_numeric(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    if (axes.empty()) {
+      std::memcpy(out.raw_data(), x.raw_data(), x.nbytes());
+      return;
+    }
+    // Split the sorted axes into blocks of consecutive axes; reduce the last block first.
+    std::vector<std::pair<int, int>> blocks;  // [first, last] axis of each block
+    for (int axis : axes) {
+      if (!blocks.empty() && blocks.back().second == axis - 1) {
+        blocks.back().second = axis;
+      } else {
+        blocks.emplace_back(axis, axis);
+      }
+    }
+    Tensor current = x;
+    Shape shape = x.shape();
+    for (int b = static_cast<int>(blocks.size()) - 1; b >= 0; --b) {
+      auto [first, last] = blocks[b];
+      std::int64_t outer = 1, reduced = 1, inner = 1;
+      for (int d = 0; d < first; ++d) outer *= shape[d];
+      for (int d = first; d <= last; ++d) reduced *= shape[d];
+      for (int d = last + 1; d < static_cast<int>(shape.size()); ++d) inner *= shape[d];
+      for (int d = first; d <= last; ++d) shape[d] = 1;
+      Tensor next = b == 0 ? out : Tensor::empty(shape, x.dtype(), x.device());
+      reduce_block<T>(op, static_cast<const T*>(current.raw_data()),
+                      static_cast<T*>(next.raw_data()), outer, reduced, inner);
+      current = next;
+    }
+  });
+}
+
+void arg_reduce(bool largest, const Tensor& x, int axis, Tensor& out) {
+  dispatch_numeric(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    std::int64_t outer = 1, reduced = x.shape()[axis], inner = 1;
+    for (int d = 0; d < axis; ++d) outer *= x.shape()[d];
+    for (int d = axis + 1; d < x.rank(); ++d) inner *= x.shape()[d];
+    const T* in = static_cast<const T*>(x.raw_data());
+    auto* result = static_cast<std::int64_t*>(out.raw_data());
+    parallel_for(outer * inner, std::max<std::int64_t>(1, kParallelGrain / reduced),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   for (std::int64_t flat = begin; flat < end; ++flat) {
+                     std::int64_t o = flat / inner, i = flat % inner;
+                     const T* base = in + o * reduced * inner + i;
+                     std::int64_t best = 0;
+                     for (std::int64_t r = 1; r < reduced; ++r) {
+                       T value = base[r * inner];
+                       T current = base[best * inner];
+                       if (largest ? value > current : value < current) best = r;
+                     }
+                     result[flat] = best;
+                   }
+                 });
+  });
+}
+
+}  // namespace keras::cpu

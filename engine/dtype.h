@@ -1,0 +1,95 @@
+// Element types of tensors. Kernels are written once as templates and instantiated per dtype
+// through `dispatch_dtype`, so adding a dtype touches this file and nowhere else.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "engine/errors.h"
+
+namespace keras {
+
+enum class DType : std::uint8_t { bool_, uint8, int32, int64, float32, float64 };
+
+inline constexpr DType float32 = DType::float32;
+inline constexpr DType float64 = DType::float64;
+inline constexpr DType int32 = DType::int32;
+inline constexpr DType int64 = DType::int64;
+inline constexpr DType uint8 = DType::uint8;
+inline constexpr DType bool_ = DType::bool_;
+
+std::size_t dtype_size(DType dtype);
+std::string_view dtype_name(DType dtype);
+// Parses "float32", "int64", … (Keras' names); throws ValueError on anything else.
+DType dtype_from_name(std::string_view name);
+bool is_floating(DType dtype);
+bool is_integer(DType dtype);  // uint8, int32, int64 (not bool)
+
+template <typename T>
+struct dtype_of;
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::bool_;
+};
+template <>
+struct dtype_of<std::uint8_t> {
+  static constexpr DType value = DType::uint8;
+};
+template <>
+struct dtype_of<std::int32_t> {
+  static constexpr DType value = DType::int32;
+};
+template <>
+struct dtype_of<std::int64_t> {
+  static constexpr DType value = DType::int64;
+};
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::float32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::float64;
+};
+
+// Calls fn(T{}) with the C++ type of `dtype`.
+template <typename Fn>
+decltype(auto) dispatch_dtype(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::bool_: return fn(bool{});
+    case DType::uint8: return fn(std::uint8_t{});
+    case DType::int32: return fn(std::int32_t{});
+    case DType::int64: return fn(std::int64_t{});
+    case DType::float32: return fn(float{});
+    case DType::float64: return fn(double{});
+  }
+  throw DTypeError("unknown dtype");
+}
+
+// Same, for the dtypes arithmetic is defined on (everything but bool).
+template <typename Fn>
+decltype(auto) dispatch_numeric(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::uint8: return fn(std::uint8_t{});
+    case DType::int32: return fn(std::int32_t{});
+    case DType::int64: return fn(std::int64_t{});
+    case DType::float32: return fn(float{});
+    case DType::float64: return fn(double{});
+    case DType::bool_: break;
+  }
+  throw DTypeError("arithmetic is not defined on bool tensors; cast them to a number dtype first");
+}
+
+// Same, for floating dtypes only; `what` names the operation in the error.
+template <typename Fn>
+decltype(auto) dispatch_floating(DType dtype, std::string_view what, Fn&& fn) {
+  switch (dtype) {
+    case DType::float32: return fn(float{});
+    case DType::float64: return fn(double{});
+    default: break;
+  }
+  throw DTypeError(str(what, " expects a float32 or float64 tensor, got ", dtype_name(dtype)));
+}
+
+}  // namespace keras

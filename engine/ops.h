@@ -1,0 +1,112 @@
+// Every op of the engine, declared once. Each op's definition in engine/ops/ checks its
+// arguments, calls the device's kernel (engine/backend.h) and records its gradient rule right
+// beside the forward computation. Names and semantics follow keras.ops.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/random.h"
+#include "engine/tensor.h"
+
+namespace keras::ops {
+
+// An empty Axes means "all axes" (Keras' axis=None).
+using Axes = std::vector<std::int64_t>;
+
+// Conversion. Differentiable between floating dtypes.
+Tensor cast(const Tensor& x, DType dtype);
+
+// Element-wise, one input.
+Tensor negative(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor sign(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // exact erf form, as keras.ops.gelu(approximate=False)
+Tensor logical_not(const Tensor& x);
+
+// Element-wise, two inputs, NumPy broadcasting; both inputs must have the same dtype.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor subtract(const Tensor& a, const Tensor& b);
+Tensor multiply(const Tensor& a, const Tensor& b);
+Tensor divide(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor power(const Tensor& a, const Tensor& b);
+// Comparisons and logic give bool tensors and have no gradient.
+Tensor equal(const Tensor& a, const Tensor& b);
+Tensor not_equal(const Tensor& a, const Tensor& b);
+Tensor less(const Tensor& a, const Tensor& b);
+Tensor less_equal(const Tensor& a, const Tensor& b);
+Tensor greater(const Tensor& a, const Tensor& b);
+Tensor greater_equal(const Tensor& a, const Tensor& b);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+// condition ? a : b, broadcasting all three; condition is bool.
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+// A scalar of x's dtype and device, for `x * 0.5` and friends.
+Tensor scalar_like(const Tensor& x, double value);
+
+// Reductions.
+Tensor sum(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
+Tensor mean(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
+Tensor max(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
+Tensor min(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
+Tensor var(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
+Tensor argmax(const Tensor& x, std::int64_t axis = -1);
+Tensor argmin(const Tensor& x, std::int64_t axis = -1);
+
+// Linear algebra: a @ b over the last two axes. a of rank >= 2 with b of rank 2 multiplies
+// every row; two inputs of rank >= 3 need equal leading (batch) dimensions.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// Shapes. reshape shares the data; one dimension may be -1.
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor transpose(const Tensor& x, const std::vector<std::int64_t>& permutation = {});
+Tensor expand_dims(const Tensor& x, std::int64_t axis);
+Tensor squeeze(const Tensor& x, std::int64_t axis);
+Tensor broadcast_to(const Tensor& x, const Shape& shape);
+// x[starts[0] : starts[0]+sizes[0], …]; a size of -1 means "to the end".
+Tensor slice(const Tensor& x, const Shape& starts, const Shape& sizes);
+Tensor concatenate(const std::vector<Tensor>& tensors, std::int64_t axis = 0);
+// Gathers along axis with int32/int64 indices (negative indices count from the end);
+// the result's shape is x.shape[:axis] + indices.shape + x.shape[axis+1:].
+Tensor take(const Tensor& x, const Tensor& indices, std::int64_t axis = 0);
+Tensor one_hot(const Tensor& indices, std::int64_t depth, DType dtype = float32);
+
+// Neural-network functions.
+Tensor softmax(const Tensor& x, std::int64_t axis = -1);
+Tensor log_softmax(const Tensor& x, std::int64_t axis = -1);
+
+// Random tensors, a pure function of (spec.seed, element index): see engine/random.h.
+Tensor random(const RandomSpec& spec, const Shape& shape, DType dtype = float32,
+              Device device = Device::cpu());
+// The block [starts, starts + shape) of the random tensor of `full_shape`.
+Tensor random_slice(const RandomSpec& spec, const Shape& full_shape, const Shape& starts,
+                    const Shape& shape, DType dtype = float32, Device device = Device::cpu());
+
+}  // namespace keras::ops
+
+namespace keras {
+// Arithmetic operators, for readable formulas in layers and losses.
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+}  // namespace keras

@@ -1,0 +1,40 @@
+// Random tensors. No gradient: they are sources.
+#include "engine/ops/op_helpers.h"
+
+namespace keras::ops {
+
+Tensor random_slice(const RandomSpec& spec, const Shape& full_shape, const Shape& starts,
+                    const Shape& shape, DType dtype, Device device) {
+  check_valid_shape(full_shape, "random");
+  check_valid_shape(shape, "random");
+  if (!is_floating(dtype)) {
+    throw DTypeError(str("random: dtype must be float32 or float64, got ", dtype_name(dtype)));
+  }
+  if (starts.size() != full_shape.size() || shape.size() != full_shape.size()) {
+    throw ValueError(str("random_slice: starts ", shape_to_string(starts), " and shape ",
+                         shape_to_string(shape), " must have the rank of the full shape ",
+                         shape_to_string(full_shape)));
+  }
+  for (std::size_t i = 0; i < full_shape.size(); ++i) {
+    if (starts[i] < 0 || starts[i] + shape[i] > full_shape[i]) {
+      throw ValueError(str("random_slice: the block at ", shape_to_string(starts), " of shape ",
+                           shape_to_string(shape), " does not lie inside ",
+                           shape_to_string(full_shape)));
+    }
+  }
+  if (spec.distribution == RandomDistribution::uniform && !(spec.a <= spec.b)) {
+    throw ValueError(str("random uniform: minval ", spec.a, " must not exceed maxval ", spec.b));
+  }
+  if (spec.distribution != RandomDistribution::uniform && !(spec.b >= 0.0)) {
+    throw ValueError(str("random normal: stddev must be >= 0, got ", spec.b));
+  }
+  Tensor out = Tensor::empty(shape, dtype, device);
+  backend_for(device).random(spec, full_shape, starts, out);
+  return out;
+}
+
+Tensor random(const RandomSpec& spec, const Shape& shape, DType dtype, Device device) {
+  return random_slice(spec, shape, Shape(shape.size(), 0), shape, dtype, device);
+}
+
+}  // namespace keras::ops
