@@ -1,0 +1,111 @@
+// Optimizer bookkeeping (iterations, slots, argument checks); the arithmetic is in the
+// backends' fused update kernels.
+#include "engine/optimizers.h"
+
+#include <cmath>
+
+#include "engine/backend.h"
+#include "engine/errors.h"
+
+namespace keras::optimizers {
+namespace {
+void check_range(double value, double low, double high, const char* what, bool high_open) {
+  bool ok = std::isfinite(value) && value >= low && (high_open ? value < high : value <= high);
+  if (!ok) {
+    throw ValueError(str(what, " must be in [", low, ", ", high, high_open ? ")" : "]", ", got ",
+                         value));
+  }
+}
+}  // namespace
+
+Optimizer::Optimizer(double learning_rate, double weight_decay, std::string name)
+    : weight_decay_(weight_decay), learning_rate_(learning_rate), name_(std::move(name)) {
+  set_learning_rate(learning_rate);
+  check_range(weight_decay, 0.0, 1.0, "weight_decay", false);
+}
+
+void Optimizer::set_learning_rate(double value) {
+  if (!std::isfinite(value) || value < 0) {
+    throw ValueError(str("learning_rate must be a finite number >= 0, got ", value));
+  }
+  learning_rate_ = value;
+}
+
+void Optimizer::apply(const std::vector<Tensor>& variables, const std::vector<Tensor>& gradients) {
+  if (variables.size() != gradients.size()) {
+    throw ValueError(str(name_, ": got ", variables.size(), " variables and ", gradients.size(),
+                         " gradients; expected one gradient per variable"));
+  }
+  iterations_ += 1;
+  NoGradGuard no_grad;
+  for (std::size_t i = 0; i < variables.size(); ++i) {
+    if (!gradients[i].defined()) continue;
+    Tensor variable = variables[i];
+    if (gradients[i].shape() != variable.shape() || gradients[i].dtype() != variable.dtype()) {
+      throw ShapeError(str(name_, ": gradient of shape ", shape_to_string(gradients[i].shape()),
+                           " (", dtype_name(gradients[i].dtype()), ") for variable '",
+                           variable.name(), "' of shape ", shape_to_string(variable.shape()),
+                           " (", dtype_name(variable.dtype()), ")"));
+    }
+    update(variable, gradients[i].device() == variable.device()
+                         ? gradients[i]
+                         : gradients[i].to(variable.device()));
+  }
+}
+
+Tensor& Optimizer::slot(const Tensor& variable, int index) {
+  std::vector<Tensor>& slots = slots_[variable.impl()];
+  while (static_cast<int>(slots.size()) <= index) {
+    slots.push_back(Tensor::zeros(variable.shape(), variable.dtype(), variable.device()));
+  }
+  return slots[index];
+}
+
+SGD::SGD(double learning_rate, double momentum, bool nesterov, double weight_decay)
+    : Optimizer(learning_rate, weight_decay, "SGD"), momentum_(momentum), nesterov_(nesterov) {
+  check_range(momentum, 0.0, 1.0, "SGD momentum", false);
+}
+
+void SGD::update(Tensor& variable, const Tensor& gradient) {
+  Tensor velocity = momentum_ > 0 ? slot(variable, 0) : Tensor();
+  backend_for(variable.device())
+      .sgd_update({learning_rate(), momentum_, nesterov_, weight_decay_}, variable, gradient,
+                  velocity);
+}
+
+Adam::Adam(double learning_rate, double beta_1, double beta_2, double epsilon,
+           double weight_decay)
+    : Adam(learning_rate, beta_1, beta_2, epsilon, weight_decay, "Adam") {}
+
+Adam::Adam(double learning_rate, double beta_1, double beta_2, double epsilon,
+           double weight_decay, std::string name)
+    : Optimizer(learning_rate, weight_decay, std::move(name)), beta_1_(beta_1), beta_2_(beta_2),
+      epsilon_(epsilon) {
+  check_range(beta_1, 0.0, 1.0, "beta_1", true);
+  check_range(beta_2, 0.0, 1.0, "beta_2", true);
+  if (!(epsilon > 0) || !std::isfinite(epsilon)) {
+    throw ValueError(str("epsilon must be a finite number > 0, got ", epsilon));
+  }
+}
+
+void Adam::update(Tensor& variable, const Tensor& gradient) {
+  // Handles, not references: creating the second slot may move the slot vector.
+  Tensor second = slot(variable, 1);
+  Tensor first = slot(variable, 0);
+  backend_for(variable.device())
+      .adam_update({learning_rate(), beta_1_, beta_2_, epsilon_, weight_decay_, iterations()},
+                   variable, gradient, first, second);
+}
+
+AdamW::AdamW(double learning_rate, double weight_decay, double beta_1, double beta_2,
+             double epsilon)
+    : Adam(learning_rate, beta_1, beta_2, epsilon, weight_decay, "AdamW") {}
+
+std::shared_ptr<Optimizer> get(const std::string& name) {
+  if (name == "sgd" || name == "SGD") return std::make_shared<SGD>();
+  if (name == "adam" || name == "Adam") return std::make_shared<Adam>();
+  if (name == "adamw" || name == "AdamW") return std::make_shared<AdamW>();
+  throw ValueError(str("unknown optimizer '", name, "'; expected one of sgd, adam, adamw"));
+}
+
+}  // namespace keras::optimizers

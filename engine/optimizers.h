@@ -1,0 +1,76 @@
+// Optimizers with Keras' names, defaults and update rules (SGD with momentum and Nesterov,
+// Adam, AdamW). Each step runs one fused in-place kernel per variable (engine/backend.h).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace keras::optimizers {
+
+class Optimizer {
+ public:
+  Optimizer(double learning_rate, double weight_decay, std::string name);
+  virtual ~Optimizer() = default;
+
+  // Updates each variable from its gradient (same order, same shapes); skips undefined grads.
+  void apply(const std::vector<Tensor>& variables, const std::vector<Tensor>& gradients);
+  double learning_rate() const { return learning_rate_; }
+  void set_learning_rate(double value);
+  std::int64_t iterations() const { return iterations_; }
+  const std::string& name() const { return name_; }
+
+ protected:
+  virtual void update(Tensor& variable, const Tensor& gradient) = 0;
+  // Per-variable state (momentum, moments), created zero-filled on first use.
+  Tensor& slot(const Tensor& variable, int index);
+  double weight_decay_;
+
+ private:
+  double learning_rate_;
+  std::int64_t iterations_ = 0;
+  std::string name_;
+  std::unordered_map<TensorImpl*, std::vector<Tensor>> slots_;
+};
+
+class SGD : public Optimizer {
+ public:
+  explicit SGD(double learning_rate = 0.01, double momentum = 0.0, bool nesterov = false,
+               double weight_decay = 0.0);
+
+ protected:
+  void update(Tensor& variable, const Tensor& gradient) override;
+
+ private:
+  double momentum_;
+  bool nesterov_;
+};
+
+class Adam : public Optimizer {
+ public:
+  explicit Adam(double learning_rate = 0.001, double beta_1 = 0.9, double beta_2 = 0.999,
+                double epsilon = 1e-7, double weight_decay = 0.0);
+
+ protected:
+  Adam(double learning_rate, double beta_1, double beta_2, double epsilon, double weight_decay,
+       std::string name);
+  void update(Tensor& variable, const Tensor& gradient) override;
+
+ private:
+  double beta_1_, beta_2_, epsilon_;
+};
+
+// Adam with decoupled weight decay (Keras' default weight_decay=0.004).
+class AdamW : public Adam {
+ public:
+  explicit AdamW(double learning_rate = 0.001, double weight_decay = 0.004, double beta_1 = 0.9,
+                 double beta_2 = 0.999, double epsilon = 1e-7);
+};
+
+// By Keras name with default settings: sgd, adam, adamw. Throws ValueError otherwise.
+std::shared_ptr<Optimizer> get(const std::string& name);
+
+}  // namespace keras::optimizers

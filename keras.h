@@ -1,0 +1,16 @@
+// One include for users: the engine, the layers and the trainer, io.
+#pragma once
+#include "engine/errors.h"
+#include "engine/initializers.h"
+#include "engine/losses.h"
+#include "engine/ops.h"
+#include "engine/optimizers.h"
+#include "engine/random.h"
+#include "engine/tensor.h"
+#include "engine/thread_pool.h"
+#include "io/idx.h"
+#include "io/safetensors.h"
+#include "layers/basic_layers.h"
+#include "layers/callbacks.h"
+#include "layers/dense.h"
+#include "layers/model.h"

@@ -1,0 +1,81 @@
+// Small layers without (or with simple) weights: Activation, Dropout, Flatten, Reshape,
+// Embedding, LayerNormalization — Keras' semantics and defaults.
+#pragma once
+#include <optional>
+
+#include "layers/activations.h"
+#include "layers/layer.h"
+
+namespace keras::layers {
+
+class Activation : public Layer {
+ public:
+  explicit Activation(const std::string& activation, const std::string& name = "");
+  Tensor call(const Tensor& inputs, bool training) override;
+
+ private:
+  activations::ActivationFn activation_;
+};
+
+// In training, zeroes each element with probability `rate` and scales the rest by
+// 1 / (1 - rate); the identity in inference.
+class Dropout : public Layer {
+ public:
+  explicit Dropout(double rate, std::optional<std::uint64_t> seed = std::nullopt,
+                   const std::string& name = "");
+  Tensor call(const Tensor& inputs, bool training) override;
+
+ private:
+  double rate_;
+  std::uint64_t seed_;
+  std::uint64_t calls_ = 0;
+};
+
+// (batch, d1, d2, …) -> (batch, d1*d2*…).
+class Flatten : public Layer {
+ public:
+  explicit Flatten(const std::string& name = "");
+  Tensor call(const Tensor& inputs, bool training) override;
+};
+
+// (batch, …) -> (batch, *target_shape); one target dimension may be -1.
+class Reshape : public Layer {
+ public:
+  explicit Reshape(Shape target_shape, const std::string& name = "");
+  Tensor call(const Tensor& inputs, bool training) override;
+
+ private:
+  Shape target_shape_;
+};
+
+// Integer indices -> rows of an (input_dim, output_dim) table.
+class Embedding : public Layer {
+ public:
+  Embedding(std::int64_t input_dim, std::int64_t output_dim,
+            initializers::InitializerPtr embeddings_initializer = nullptr,
+            const std::string& name = "");
+  void build(const Shape& input_shape) override;
+  Tensor call(const Tensor& inputs, bool training) override;
+  const Tensor& embeddings() const { return embeddings_; }
+
+ private:
+  std::int64_t input_dim_, output_dim_;
+  initializers::InitializerPtr initializer_;
+  Tensor embeddings_;
+};
+
+// Normalises over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta.
+class LayerNormalization : public Layer {
+ public:
+  explicit LayerNormalization(double epsilon = 1e-3, bool center = true, bool scale = true,
+                              const std::string& name = "");
+  void build(const Shape& input_shape) override;
+  Tensor call(const Tensor& inputs, bool training) override;
+
+ private:
+  double epsilon_;
+  bool center_, scale_;
+  Tensor gamma_, beta_;
+};
+
+}  // namespace keras::layers

@@ -1,0 +1,137 @@
+// EarlyStopping and ModelCheckpoint.
+#include "layers/callbacks.h"
+
+#include <cmath>
+#include <cstdio>
+#include <regex>
+
+#include "engine/errors.h"
+#include "layers/model.h"
+
+namespace keras {
+
+std::string resolve_mode(const std::string& mode, const std::string& monitor) {
+  if (mode == "min" || mode == "max") return mode;
+  if (mode != "auto") {
+    throw ValueError(str("mode must be 'auto', 'min' or 'max', got '", mode, "'"));
+  }
+  bool is_accuracy = monitor.find("acc") != std::string::npos ||
+                     monitor.find("auc") != std::string::npos;
+  return is_accuracy ? "max" : "min";
+}
+
+EarlyStopping::EarlyStopping() : EarlyStopping(Options{}) {}
+
+EarlyStopping::EarlyStopping(Options options) : options_(std::move(options)) {
+  if (options_.patience < 0) {
+    throw ValueError(str("EarlyStopping: patience must be >= 0, got ", options_.patience));
+  }
+  maximize_ = resolve_mode(options_.mode, options_.monitor) == "max";
+  options_.min_delta = std::abs(options_.min_delta);
+}
+
+void EarlyStopping::on_train_begin(Model&) {
+  wait_ = 0;
+  stopped_epoch_ = -1;
+  best_epoch_ = -1;
+  best_ = maximize_ ? -INFINITY : INFINITY;
+  best_weights_.clear();
+}
+
+bool EarlyStopping::improved(double value) const {
+  return maximize_ ? value - options_.min_delta > best_ : value + options_.min_delta < best_;
+}
+
+void EarlyStopping::on_epoch_end(Model& model, int epoch, const Logs& logs) {
+  auto found = logs.find(options_.monitor);
+  if (found == logs.end()) {
+    std::string available;
+    for (const auto& [name, value] : logs) available += (available.empty() ? "" : ", ") + name;
+    throw ValueError(str("EarlyStopping monitors '", options_.monitor,
+                         "', which is not in the logs; available: ", available,
+                         " (val_* needs validation_data)"));
+  }
+  if (epoch < options_.start_from_epoch) return;
+  wait_ += 1;
+  if (improved(found->second)) {
+    best_ = found->second;
+    best_epoch_ = epoch;
+    wait_ = 0;
+    if (options_.restore_best_weights) {
+      best_weights_.clear();
+      for (const Tensor& weight : model.weights()) best_weights_.push_back(weight.clone());
+    }
+    return;
+  }
+  if (wait_ >= options_.patience && epoch > 0) {
+    stopped_epoch_ = epoch;
+    model.stop_training = true;
+  }
+}
+
+void EarlyStopping::on_train_end(Model& model) {
+  if (stopped_epoch_ >= 0 && options_.restore_best_weights && !best_weights_.empty()) {
+    std::vector<Tensor> weights = model.weights();
+    for (std::size_t i = 0; i < weights.size() && i < best_weights_.size(); ++i) {
+      weights[i].assign(best_weights_[i]);
+    }
+  }
+}
+
+ModelCheckpoint::ModelCheckpoint(std::string filepath)
+    : ModelCheckpoint(std::move(filepath), Options{}) {}
+
+ModelCheckpoint::ModelCheckpoint(std::string filepath, Options options)
+    : filepath_(std::move(filepath)), options_(std::move(options)) {
+  const std::string suffix = ".safetensors";
+  if (filepath_.size() < suffix.size() ||
+      filepath_.compare(filepath_.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    throw ValueError(str("ModelCheckpoint: filepath must end in '.safetensors', got '",
+                         filepath_, "'"));
+  }
+  maximize_ = resolve_mode(options_.mode, options_.monitor) == "max";
+  path_for_epoch(0);  // rejects malformed placeholders now rather than after an epoch
+}
+
+std::string ModelCheckpoint::path_for_epoch(int epoch) const {
+  static const std::regex placeholder(R"(\{epoch(?::0?(\d+)d)?\})");
+  std::string result;
+  auto begin = std::sregex_iterator(filepath_.begin(), filepath_.end(), placeholder);
+  std::size_t last = 0;
+  for (auto it = begin; it != std::sregex_iterator(); ++it) {
+    result += filepath_.substr(last, it->position() - last);
+    char number[32];
+    int width = (*it)[1].matched ? std::stoi((*it)[1].str()) : 0;
+    std::snprintf(number, sizeof number, "%0*d", width, epoch + 1);
+    result += number;
+    last = it->position() + it->length();
+  }
+  result += filepath_.substr(last);
+  if (result.find('{') != std::string::npos) {
+    throw ValueError(str("ModelCheckpoint: filepath '", filepath_,
+                         "' has a placeholder other than {epoch} or {epoch:0Nd}"));
+  }
+  return result;
+}
+
+void ModelCheckpoint::on_epoch_end(Model& model, int epoch, const Logs& logs) {
+  std::string path = path_for_epoch(epoch);
+  if (options_.save_best_only) {
+    auto found = logs.find(options_.monitor);
+    if (found == logs.end()) {
+      throw ValueError(str("ModelCheckpoint monitors '", options_.monitor,
+                           "', which is not in the logs (val_* needs validation_data)"));
+    }
+    bool better = !has_best_ || (maximize_ ? found->second > best_ : found->second < best_);
+    if (!better) return;
+    if (options_.verbose) {
+      std::printf("Epoch %d: %s improved to %.5f, saving model to %s\n", epoch + 1,
+                  options_.monitor.c_str(), found->second, path.c_str());
+    }
+    has_best_ = true;
+    best_ = found->second;
+  }
+  model.save_weights(path);
+}
+
+}  // namespace keras

@@ -1,0 +1,87 @@
+// Callbacks for fit(): the Callback interface, EarlyStopping and ModelCheckpoint, with Keras'
+// arguments and defaults.
+#pragma once
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace keras {
+
+class Model;
+using Logs = std::map<std::string, double>;
+
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void on_train_begin(Model&) {}
+  virtual void on_train_end(Model&) {}
+  virtual void on_epoch_begin(Model&, int /*epoch*/) {}
+  virtual void on_epoch_end(Model&, int /*epoch*/, const Logs& /*logs*/) {}
+  virtual void on_train_batch_end(Model&, std::int64_t /*batch*/, const Logs& /*logs*/) {}
+};
+using CallbackPtr = std::shared_ptr<Callback>;
+
+// "min" for losses and errors, "max" for accuracies; "auto" picks from the monitored name.
+std::string resolve_mode(const std::string& mode, const std::string& monitor);
+
+// Stops training when `monitor` has not improved by more than min_delta for `patience`
+// epochs; optionally restores the weights of the best epoch.
+class EarlyStopping : public Callback {
+ public:
+  struct Options {
+    std::string monitor = "val_loss";
+    double min_delta = 0.0;
+    int patience = 0;
+    std::string mode = "auto";
+    bool restore_best_weights = false;
+    int start_from_epoch = 0;
+  };
+  EarlyStopping();
+  explicit EarlyStopping(Options options);
+  void on_train_begin(Model& model) override;
+  void on_epoch_end(Model& model, int epoch, const Logs& logs) override;
+  void on_train_end(Model& model) override;
+  int stopped_epoch() const { return stopped_epoch_; }
+  int best_epoch() const { return best_epoch_; }
+
+ private:
+  bool improved(double value) const;
+  Options options_;
+  bool maximize_ = false;
+  double best_ = 0.0;
+  int wait_ = 0;
+  int stopped_epoch_ = -1;
+  int best_epoch_ = -1;
+  std::vector<Tensor> best_weights_;
+};
+
+// Saves the weights (safetensors) after each epoch, or only when `monitor` improved.
+// `filepath` may contain "{epoch}" or "{epoch:02d}" (1-based epoch) and must end in
+// ".safetensors".
+class ModelCheckpoint : public Callback {
+ public:
+  struct Options {
+    std::string monitor = "val_loss";
+    bool save_best_only = false;
+    std::string mode = "auto";
+    bool verbose = false;
+  };
+  explicit ModelCheckpoint(std::string filepath);
+  ModelCheckpoint(std::string filepath, Options options);
+  void on_epoch_end(Model& model, int epoch, const Logs& logs) override;
+  // The path for a 0-based epoch.
+  std::string path_for_epoch(int epoch) const;
+
+ private:
+  std::string filepath_;
+  Options options_;
+  bool maximize_ = false;
+  bool has_best_ = false;
+  double best_ = 0.0;
+};
+
+}  // namespace keras

@@ -1,0 +1,39 @@
+// Dense layer.
+#include "layers/dense.h"
+
+#include "engine/errors.h"
+#include "engine/ops.h"
+
+namespace keras::layers {
+
+Dense::Dense(std::int64_t units, const std::string& activation, DenseOptions options)
+    : Layer("dense", options.name), units_(units), activation_name_(activation),
+      activation_(activations::get(activation)), options_(std::move(options)) {
+  if (units <= 0) throw ValueError(str("Dense: units must be a positive integer, got ", units));
+  if (!options_.kernel_initializer) options_.kernel_initializer = initializers::glorot_uniform();
+  if (!options_.bias_initializer) options_.bias_initializer = initializers::zeros();
+}
+
+void Dense::build(const Shape& input_shape) {
+  if (input_shape.empty()) {
+    throw ShapeError(str("Dense '", name(), "' needs inputs of rank >= 1, got a scalar"));
+  }
+  kernel_ = add_weight("kernel", {input_shape.back(), units_}, options_.kernel_initializer);
+  if (options_.use_bias) bias_ = add_weight("bias", {units_}, options_.bias_initializer);
+}
+
+Tensor Dense::call(const Tensor& inputs, bool) {
+  if (inputs.rank() == 0 || inputs.shape().back() != kernel_.dim(0)) {
+    throw ShapeError(str("Dense '", name(), "' was built for inputs whose last dimension is ",
+                         kernel_.dim(0), ", got inputs of shape ",
+                         shape_to_string(inputs.shape())));
+  }
+  Tensor outputs = ops::matmul(inputs.dtype() == kernel_.dtype()
+                                   ? inputs
+                                   : ops::cast(inputs, kernel_.dtype()),
+                               kernel_);
+  if (bias_.defined()) outputs = outputs + bias_;
+  return activation_(outputs);
+}
+
+}  // namespace keras::layers

@@ -1,0 +1,148 @@
+// Layer bookkeeping: names, paths, building, weights.
+#include "layers/layer.h"
+
+#include <map>
+#include <mutex>
+
+#include "engine/errors.h"
+#include "layers/variable_creation.h"
+
+namespace keras {
+namespace {
+std::mutex names_mutex;
+std::map<std::string, int>& name_counts() {
+  static std::map<std::string, int> counts;
+  return counts;
+}
+}  // namespace
+
+std::string unique_layer_name(const std::string& prefix) {
+  std::lock_guard lock(names_mutex);
+  int& count = name_counts()[prefix];
+  std::string name = count == 0 ? prefix : prefix + "_" + std::to_string(count);
+  count += 1;
+  return name;
+}
+
+void clear_session() {
+  std::lock_guard lock(names_mutex);
+  name_counts().clear();
+}
+
+Layer::Layer(const std::string& default_prefix, const std::string& name)
+    : name_(name.empty() ? unique_layer_name(default_prefix) : name) {
+  if (name_.find('/') != std::string::npos) {
+    throw ValueError(str("layer name '", name_, "' contains '/', which separates path parts"));
+  }
+}
+
+Tensor Layer::operator()(const Tensor& inputs, bool training) {
+  if (!inputs.defined()) throw ValueError(str("layer '", name_, "' was called on an undefined tensor"));
+  if (!built_) {
+    build(inputs.shape());
+    built_ = true;
+  }
+  return call(inputs, training);
+}
+
+void Layer::build(const Shape&) {}
+
+std::string Layer::path() const {
+  return parent_path_.empty() ? name_ : parent_path_ + "/" + name_;
+}
+
+void Layer::track(const LayerPtr& layer) {
+  if (!layer) throw ValueError(str("layer '", name_, "': add_layer got a null layer"));
+  for (const LayerPtr& existing : sublayers_) {
+    if (existing->name() == layer->name()) {
+      throw ValueError(str("layer '", name_, "' already has a sublayer named '", layer->name(),
+                           "'; layer names must be unique inside a model"));
+    }
+  }
+  layer->parent_path_ = path();
+  // Sublayers of the new layer already know their parent; refresh their prefixes.
+  std::vector<Layer*> stack = {layer.get()};
+  while (!stack.empty()) {
+    Layer* current = stack.back();
+    stack.pop_back();
+    for (const LayerPtr& child : current->sublayers_) {
+      child->parent_path_ = current->path();
+      stack.push_back(child.get());
+    }
+  }
+  sublayers_.push_back(layer);
+}
+
+void Layer::check_built(const char* what) const {
+  if (!built_) {
+    throw ValueError(str(what, ": layer '", name_, "' has not been built yet; call it on data ",
+                         "(or fit it) first so that its weights exist"));
+  }
+}
+
+Tensor Layer::add_weight(const std::string& name, const Shape& shape,
+                         const initializers::InitializerPtr& initializer, bool trainable,
+                         DType dtype) {
+  if (name.empty() || name.find('/') != std::string::npos) {
+    throw ValueError(str("layer '", name_, "': weight name '", name,
+                         "' must be non-empty and contain no '/'"));
+  }
+  for (const Variable& variable : variables_) {
+    if (variable.name == name) {
+      throw ValueError(str("layer '", name_, "' already has a weight named '", name, "'"));
+    }
+  }
+  if (!initializer) throw ValueError(str("layer '", name_, "': weight '", name, "' has no initializer"));
+  std::string full_path = path() + "/" + name;
+  Tensor value = create_variable(full_path, shape, dtype, *initializer);
+  value.set_name(full_path);
+  if (trainable) value.set_requires_grad(true);
+  variables_.push_back({name, value, trainable});
+  return value;
+}
+
+std::vector<Variable*> Layer::variables() {
+  std::vector<Variable*> result;
+  for (Variable& variable : variables_) result.push_back(&variable);
+  for (const LayerPtr& layer : sublayers_) {
+    for (Variable* variable : layer->variables()) result.push_back(variable);
+  }
+  return result;
+}
+
+std::vector<Tensor> Layer::weights() {
+  std::vector<Tensor> result;
+  for (Variable* variable : variables()) result.push_back(variable->value);
+  return result;
+}
+
+std::vector<Tensor> Layer::trainable_weights() {
+  std::vector<Tensor> result;
+  if (!trainable_) return result;
+  for (Variable& variable : variables_) {
+    if (variable.trainable) result.push_back(variable.value);
+  }
+  for (const LayerPtr& layer : sublayers_) {
+    for (const Tensor& weight : layer->trainable_weights()) result.push_back(weight);
+  }
+  return result;
+}
+
+std::vector<Tensor> Layer::non_trainable_weights() {
+  std::vector<Tensor> trainable = trainable_weights();
+  std::vector<Tensor> result;
+  for (const Tensor& weight : weights()) {
+    bool found = false;
+    for (const Tensor& other : trainable) found = found || other.same_as(weight);
+    if (!found) result.push_back(weight);
+  }
+  return result;
+}
+
+std::int64_t Layer::count_params() {
+  std::int64_t total = 0;
+  for (const Tensor& weight : weights()) total += weight.size();
+  return total;
+}
+
+}  // namespace keras

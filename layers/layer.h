@@ -1,0 +1,112 @@
+// Layer: the unit models are built from, with Keras' naming (dense, dense_1, …), paths
+// (sequential/dense_1/kernel), build-on-first-call and add_weight. A layer that owns other
+// layers registers them with add_layer, which gives them their place in the path.
+#pragma once
+#include <concepts>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/initializers.h"
+#include "engine/tensor.h"
+
+namespace keras {
+
+class Layer;
+using LayerPtr = std::shared_ptr<Layer>;
+
+// A weight of a layer. `value` is the tensor the ops use; its name() is the full path.
+struct Variable {
+  std::string name;  // short name, e.g. "kernel"
+  Tensor value;
+  bool trainable = true;
+  std::string path() const { return value.name(); }
+};
+
+class Layer {
+ public:
+  // `default_prefix` is the snake_case class name ("dense"); an empty `name` gets a unique
+  // one from it, as Keras does.
+  Layer(const std::string& default_prefix, const std::string& name);
+  virtual ~Layer() = default;
+  Layer(Layer&&) = default;
+  Layer& operator=(Layer&&) = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  // Builds on the first call (from the input's shape), then runs call().
+  Tensor operator()(const Tensor& inputs, bool training = false);
+  virtual Tensor call(const Tensor& inputs, bool training) = 0;
+  // Creates the weights for inputs of this shape. The default creates none.
+  virtual void build(const Shape& input_shape);
+
+  const std::string& name() const { return name_; }
+  // Path of this layer inside its model: "sequential/dense_1"; just the name at top level.
+  std::string path() const;
+  bool built() const { return built_; }
+
+  // All weights of this layer and its sublayers, in creation order.
+  std::vector<Variable*> variables();
+  std::vector<Tensor> weights();
+  std::vector<Tensor> trainable_weights();
+  std::vector<Tensor> non_trainable_weights();
+  std::int64_t count_params();
+  bool trainable() const { return trainable_; }
+  void set_trainable(bool value) { trainable_ = value; }
+  const std::vector<LayerPtr>& layers() const { return sublayers_; }
+
+ protected:
+  // Creates a weight named `name` under this layer's path. This is the single place where
+  // variables come into being: when the distribution module is active it decides here which
+  // part of the variable this process holds (see layers/variable_creation.h).
+  Tensor add_weight(const std::string& name, const Shape& shape,
+                    const initializers::InitializerPtr& initializer, bool trainable = true,
+                    DType dtype = float32);
+  // Registers a sublayer; its path becomes this layer's path + "/" + its name.
+  template <typename L>
+    requires std::derived_from<L, Layer>
+  std::shared_ptr<L> add_layer(L layer) {
+    auto pointer = std::make_shared<L>(std::move(layer));
+    track(pointer);
+    return pointer;
+  }
+  template <typename L>
+    requires std::derived_from<L, Layer>
+  std::shared_ptr<L> add_layer(std::shared_ptr<L> layer) {
+    track(layer);
+    return layer;
+  }
+  void track(const LayerPtr& layer);
+  void check_built(const char* what) const;
+
+ private:
+  std::string name_;
+  std::string parent_path_;
+  bool built_ = false;
+  bool trainable_ = true;
+  std::vector<Variable> variables_;
+  std::vector<LayerPtr> sublayers_;
+};
+
+// Accepts a layer by value (moved into a shared_ptr) or as a shared_ptr, so that
+// Sequential({layers::Dense(10), my_shared_layer}) reads like Keras.
+class AnyLayer {
+ public:
+  template <typename L>
+    requires std::derived_from<L, Layer>
+  AnyLayer(L layer) : pointer_(std::make_shared<L>(std::move(layer))) {}
+  template <typename L>
+    requires std::derived_from<L, Layer>
+  AnyLayer(std::shared_ptr<L> layer) : pointer_(std::move(layer)) {}
+  const LayerPtr& get() const { return pointer_; }
+
+ private:
+  LayerPtr pointer_;
+};
+
+// Unique layer names: "dense", then "dense_1", "dense_2", … per prefix.
+std::string unique_layer_name(const std::string& prefix);
+// Forgets the names handed out (keras.backend.clear_session()).
+void clear_session();
+
+}  // namespace keras

@@ -1,0 +1,305 @@
+// The trainer: compile, fit, evaluate, predict, train_on_batch, weights on disk.
+#include "layers/model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+#include "engine/errors.h"
+#include "engine/ops.h"
+#include "io/safetensors.h"
+#include "layers/progress_bar.h"
+
+namespace keras {
+namespace {
+
+Tensor rows(const Tensor& data, const std::vector<std::int64_t>& order, std::int64_t begin,
+            std::int64_t end) {
+  bool contiguous = true;
+  for (std::int64_t i = begin; contiguous && i < end; ++i) contiguous = order[i] == order[begin] + (i - begin);
+  if (contiguous) {
+    Shape starts(data.rank(), 0);
+    starts[0] = order[begin];
+    Shape sizes = data.shape();
+    sizes[0] = end - begin;
+    return ops::slice(data, starts, sizes);
+  }
+  std::vector<std::int64_t> picked(order.begin() + begin, order.begin() + end);
+  return ops::take(data, Tensor::from_vector(picked, {end - begin}), 0);
+}
+
+// Fisher-Yates on a 64-bit Mersenne Twister: the same permutation on every platform (unlike
+// std::shuffle, whose algorithm the standard leaves open) — data-parallel ranks rely on that.
+std::vector<std::int64_t> permutation(std::int64_t count, bool shuffle, std::mt19937_64& engine) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) order[i] = i;
+  if (shuffle) {
+    for (std::int64_t i = count - 1; i > 0; --i) {
+      auto j = static_cast<std::int64_t>(engine() % static_cast<std::uint64_t>(i + 1));
+      std::swap(order[i], order[j]);
+    }
+  }
+  return order;
+}
+
+}  // namespace
+
+Model::Model(const std::string& name, const std::string& default_prefix)
+    : Layer(default_prefix, name) {}
+
+void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, LossSpec loss,
+                    const std::vector<std::string>& metrics) {
+  if (!optimizer) throw ValueError("compile: optimizer is null");
+  if (!loss.get()) throw ValueError("compile: loss is null");
+  for (const std::string& metric : metrics) metrics::get(metric, loss.get()->sparse_labels());
+  optimizer_ = std::move(optimizer);
+  loss_ = loss.get();
+  metric_names_ = metrics;
+}
+
+void Model::compile(const std::string& optimizer, LossSpec loss,
+                    const std::vector<std::string>& metrics) {
+  compile(optimizers::get(optimizer), std::move(loss), metrics);
+}
+
+optimizers::Optimizer& Model::optimizer() {
+  check_compiled("optimizer()");
+  return *optimizer_;
+}
+
+void Model::check_compiled(const char* what) const {
+  if (!optimizer_ || !loss_) {
+    throw ValueError(str(what, ": model '", name(), "' must be compiled first; call ",
+                         "compile(optimizer, loss, metrics)"));
+  }
+}
+
+void Model::check_data(const Tensor& x, const Tensor& y, const char* what) const {
+  if (!x.defined() || !y.defined()) throw ValueError(str(what, ": x and y must both be given"));
+  if (x.rank() == 0 || y.rank() == 0) {
+    throw ShapeError(str(what, ": x and y need a leading sample axis, got shapes ",
+                         shape_to_string(x.shape()), " and ", shape_to_string(y.shape())));
+  }
+  if (x.dim(0) != y.dim(0)) {
+    throw ShapeError(str(what, ": x has ", x.dim(0), " samples but y has ", y.dim(0),
+                         "; they must have the same number of samples"));
+  }
+}
+
+void Model::synchronize_gradients(std::vector<Tensor>&) {}
+
+Model::StepResult Model::train_step(const Tensor& x, const Tensor& y) {
+  Tensor predictions = (*this)(x, /*training=*/true);
+  Tensor loss = (*loss_)(y, predictions);
+  std::vector<Tensor> variables = trainable_weights();
+  for (Tensor& variable : variables) variable.zero_grad();
+  loss.backward();
+  std::vector<Tensor> gradients;
+  gradients.reserve(variables.size());
+  for (const Tensor& variable : variables) gradients.push_back(variable.grad());
+  synchronize_gradients(gradients);
+  optimizer_->apply(variables, gradients);
+  for (Tensor& variable : variables) variable.zero_grad();
+  return {loss.item(), predictions.detach()};
+}
+
+double Model::train_on_batch(const Tensor& x, const Tensor& y) {
+  check_compiled("train_on_batch");
+  check_data(x, y, "train_on_batch");
+  return train_step(x, y).loss;
+}
+
+History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) {
+  check_compiled("fit");
+  check_data(x, y, "fit");
+  if (options.batch_size <= 0) {
+    throw ValueError(str("fit: batch_size must be a positive integer, got ", options.batch_size));
+  }
+  if (options.epochs < 0) throw ValueError(str("fit: epochs must be >= 0, got ", options.epochs));
+  if (options.verbose < 0 || options.verbose > 2) {
+    throw ValueError(str("fit: verbose must be 0, 1 or 2, got ", options.verbose));
+  }
+  if (options.validation_data.defined()) {
+    check_data(options.validation_data.x, options.validation_data.y, "fit validation_data");
+  }
+  std::int64_t samples = x.dim(0);
+  std::int64_t batch_size = std::min(options.batch_size, std::max<std::int64_t>(samples, 1));
+  std::int64_t steps = (samples + batch_size - 1) / batch_size;
+  std::mt19937_64 shuffle_engine(next_random_seed());
+  History history;
+  stop_training = false;
+  for (const CallbackPtr& callback : options.callbacks) callback->on_train_begin(*this);
+  for (int epoch = 0; epoch < options.epochs && !stop_training; ++epoch) {
+    for (const CallbackPtr& callback : options.callbacks) callback->on_epoch_begin(*this, epoch);
+    if (options.verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
+    std::vector<std::int64_t> order = permutation(samples, options.shuffle, shuffle_engine);
+    std::vector<metrics::MetricPtr> epoch_metrics;
+    for (const std::string& name : metric_names_) {
+      epoch_metrics.push_back(metrics::get(name, loss_->sparse_labels()));
+    }
+    double loss_sum = 0.0, seen = 0.0;
+    ProgressBar bar(steps);
+    Logs logs;
+    for (std::int64_t step = 0; step < steps; ++step) {
+      std::int64_t begin = step * batch_size;
+      std::int64_t end = std::min(samples, begin + batch_size);
+      Tensor x_batch, y_batch;
+      {
+        NoGradGuard no_grad;
+        x_batch = rows(x, order, begin, end);
+        y_batch = rows(y, order, begin, end);
+      }
+      StepResult result = train_step(x_batch, y_batch);
+      auto count = static_cast<double>(end - begin);
+      loss_sum += result.loss * count;
+      seen += count;
+      for (const auto& metric : epoch_metrics) metric->update(y_batch, result.predictions);
+      logs.clear();
+      logs["loss"] = loss_sum / seen;
+      for (const auto& metric : epoch_metrics) logs[metric->name()] = metric->result();
+      for (const CallbackPtr& callback : options.callbacks) {
+        callback->on_train_batch_end(*this, step, logs);
+      }
+      if (options.verbose == 1 && step + 1 < steps) bar.update(step + 1, logs, false);
+    }
+    if (options.validation_data.defined()) {
+      std::int64_t validation_batch =
+          options.validation_batch_size > 0 ? options.validation_batch_size : batch_size;
+      auto validation = run_evaluation(options.validation_data.x, options.validation_data.y,
+                                       validation_batch, 0);
+      for (const auto& [name, value] : validation) logs["val_" + name] = value;
+    }
+    if (options.verbose > 0) bar.update(steps, logs, true);
+    history.epoch.push_back(epoch);
+    for (const auto& [name, value] : logs) history.history[name].push_back(value);
+    for (const CallbackPtr& callback : options.callbacks) {
+      callback->on_epoch_end(*this, epoch, logs);
+    }
+  }
+  for (const CallbackPtr& callback : options.callbacks) callback->on_train_end(*this);
+  return history;
+}
+
+std::map<std::string, double> Model::run_evaluation(const Tensor& x, const Tensor& y,
+                                                    std::int64_t batch_size, int verbose) {
+  if (batch_size <= 0) {
+    throw ValueError(str("evaluate: batch_size must be a positive integer, got ", batch_size));
+  }
+  NoGradGuard no_grad;
+  std::int64_t samples = x.dim(0);
+  std::int64_t steps = (samples + batch_size - 1) / batch_size;
+  std::vector<metrics::MetricPtr> batch_metrics;
+  for (const std::string& name : metric_names_) {
+    batch_metrics.push_back(metrics::get(name, loss_->sparse_labels()));
+  }
+  std::mt19937_64 unused_engine(0);
+  std::vector<std::int64_t> order = permutation(samples, /*shuffle=*/false, unused_engine);
+  double loss_sum = 0.0, seen = 0.0;
+  ProgressBar bar(steps);
+  std::map<std::string, double> results;
+  for (std::int64_t step = 0; step < steps; ++step) {
+    std::int64_t begin = step * batch_size;
+    std::int64_t end = std::min(samples, begin + batch_size);
+    Tensor x_batch = rows(x, order, begin, end);
+    Tensor y_batch = rows(y, order, begin, end);
+    Tensor predictions = (*this)(x_batch, /*training=*/false);
+    auto count = static_cast<double>(end - begin);
+    loss_sum += (*loss_)(y_batch, predictions).item() * count;
+    seen += count;
+    for (const auto& metric : batch_metrics) metric->update(y_batch, predictions);
+    results["loss"] = loss_sum / seen;
+    for (const auto& metric : batch_metrics) results[metric->name()] = metric->result();
+    if (verbose == 1) bar.update(step + 1, results, step + 1 == steps);
+  }
+  if (verbose == 2) bar.update(steps, results, true);
+  return results;
+}
+
+std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y,
+                                              const EvaluateOptions& options) {
+  check_compiled("evaluate");
+  check_data(x, y, "evaluate");
+  if (options.verbose < 0 || options.verbose > 2) {
+    throw ValueError(str("evaluate: verbose must be 0, 1 or 2, got ", options.verbose));
+  }
+  return run_evaluation(x, y, options.batch_size, options.verbose);
+}
+
+Tensor Model::predict(const Tensor& x, std::int64_t batch_size) {
+  if (!x.defined() || x.rank() == 0) throw ValueError("predict: x needs a leading sample axis");
+  if (batch_size <= 0) {
+    throw ValueError(str("predict: batch_size must be a positive integer, got ", batch_size));
+  }
+  NoGradGuard no_grad;
+  std::vector<Tensor> outputs;
+  std::int64_t samples = x.dim(0);
+  for (std::int64_t begin = 0; begin < samples; begin += batch_size) {
+    std::int64_t end = std::min(samples, begin + batch_size);
+    Shape starts(x.rank(), 0);
+    starts[0] = begin;
+    Shape sizes = x.shape();
+    sizes[0] = end - begin;
+    outputs.push_back((*this)(ops::slice(x, starts, sizes), false));
+  }
+  if (outputs.empty()) throw ValueError("predict: x has no samples");
+  return outputs.size() == 1 ? outputs[0] : ops::concatenate(outputs, 0);
+}
+
+namespace {
+void check_weights_path(const std::string& path, const char* what) {
+  const std::string suffix = ".safetensors";
+  if (path.size() < suffix.size() ||
+      path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    throw ValueError(str(what, ": the file name must end in '.safetensors', got '", path, "'"));
+  }
+}
+}  // namespace
+
+void Model::save_weights(const std::string& path) {
+  check_weights_path(path, "save_weights");
+  check_built("save_weights");
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (Variable* variable : variables()) tensors.emplace_back(variable->path(), variable->value);
+  io::save_safetensors(path, tensors, {{"format", "keras-cpp"}, {"model", name()}});
+}
+
+void Model::load_weights(const std::string& path) {
+  check_weights_path(path, "load_weights");
+  check_built("load_weights");
+  auto loaded = io::load_safetensors(path);
+  std::map<std::string, Tensor> by_name(loaded.begin(), loaded.end());
+  std::vector<Variable*> model_variables = variables();
+  // Check everything before changing anything, so a bad file leaves the model as it was.
+  for (Variable* variable : model_variables) {
+    auto found = by_name.find(variable->path());
+    if (found == by_name.end()) {
+      throw ValueError(str("load_weights: '", path, "' has no weight '", variable->path(),
+                           "', which model '", name(), "' needs"));
+    }
+    if (found->second.shape() != variable->value.shape()) {
+      throw ShapeError(str("load_weights: weight '", variable->path(), "' in '", path,
+                           "' has shape ", shape_to_string(found->second.shape()),
+                           " but the model expects ", shape_to_string(variable->value.shape())));
+    }
+    if (!is_floating(found->second.dtype())) {
+      throw DTypeError(str("load_weights: weight '", variable->path(), "' in '", path, "' is ",
+                           dtype_name(found->second.dtype()), "; expected a float dtype"));
+    }
+  }
+  if (by_name.size() != model_variables.size()) {
+    for (const auto& [key, value] : by_name) {
+      bool used = false;
+      for (Variable* variable : model_variables) used = used || variable->path() == key;
+      if (!used) {
+        throw ValueError(str("load_weights: '", path, "' has weight '", key, "', which model '",
+                             name(), "' does not have"));
+      }
+    }
+  }
+  NoGradGuard no_grad;
+  for (Variable* variable : model_variables) {
+    variable->value.assign(ops::cast(by_name[variable->path()], variable->value.dtype()));
+  }
+}
+
+}  // namespace keras

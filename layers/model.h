@@ -1,0 +1,114 @@
+// Model: a Layer that can be trained. compile / fit / evaluate / predict follow Keras: fit
+// returns a History, metrics are means over all samples seen, callbacks see Keras' logs
+// ("loss", "accuracy", "val_loss", …), and save_weights / load_weights use safetensors keyed by
+// variable path. Sequential stacks layers; subclass Model (override call) for custom models.
+#pragma once
+#include <concepts>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/losses.h"
+#include "engine/optimizers.h"
+#include "layers/callbacks.h"
+#include "layers/layer.h"
+#include "layers/metrics.h"
+
+namespace keras {
+
+// A loss given by Keras name or as an object.
+class LossSpec {
+ public:
+  LossSpec(const char* name) : loss_(losses::get(name)) {}
+  LossSpec(const std::string& name) : loss_(losses::get(name)) {}
+  LossSpec(losses::LossPtr loss) : loss_(std::move(loss)) {}
+  template <typename L>
+    requires std::derived_from<L, losses::Loss>
+  LossSpec(L loss) : loss_(std::make_shared<L>(std::move(loss))) {}
+  const losses::LossPtr& get() const { return loss_; }
+
+ private:
+  losses::LossPtr loss_;
+};
+
+struct ValidationData {
+  Tensor x, y;
+  bool defined() const { return x.defined() || y.defined(); }
+};
+
+struct FitOptions {
+  std::int64_t batch_size = 32;
+  int epochs = 1;
+  bool shuffle = true;
+  ValidationData validation_data = {};
+  std::vector<CallbackPtr> callbacks = {};
+  int verbose = 1;  // 0 silent, 1 progress bar, 2 one line per epoch
+  std::int64_t validation_batch_size = 0;  // 0: same as batch_size
+};
+
+struct EvaluateOptions {
+  std::int64_t batch_size = 32;
+  int verbose = 1;
+};
+
+struct History {
+  std::vector<int> epoch;
+  std::map<std::string, std::vector<double>> history;
+};
+
+class Model : public Layer {
+ public:
+  explicit Model(const std::string& name = "", const std::string& default_prefix = "functional");
+
+  template <typename O>
+    requires std::derived_from<O, optimizers::Optimizer>
+  void compile(O optimizer, LossSpec loss, const std::vector<std::string>& metrics = {}) {
+    compile(std::make_shared<O>(std::move(optimizer)), std::move(loss), metrics);
+  }
+  void compile(std::shared_ptr<optimizers::Optimizer> optimizer, LossSpec loss,
+               const std::vector<std::string>& metrics = {});
+  void compile(const std::string& optimizer, LossSpec loss,
+               const std::vector<std::string>& metrics = {});
+
+  History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
+  std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y,
+                                         const EvaluateOptions& options = {});
+  Tensor predict(const Tensor& x, std::int64_t batch_size = 32);
+  // One optimisation step on one batch; returns the batch loss.
+  double train_on_batch(const Tensor& x, const Tensor& y);
+
+  void save_weights(const std::string& path);
+  void load_weights(const std::string& path);
+
+  // Set by callbacks (EarlyStopping) to end fit() after the current epoch.
+  bool stop_training = false;
+  optimizers::Optimizer& optimizer();
+
+ private:
+  void check_compiled(const char* what) const;
+  void check_data(const Tensor& x, const Tensor& y, const char* what) const;
+  struct StepResult {
+    double loss;
+    Tensor predictions;
+  };
+  StepResult train_step(const Tensor& x, const Tensor& y);
+  // The seam for data parallelism: make every process's gradients equal (sum/mean across
+  // processes). With one process there is nothing to do; the distribution module plugs in here.
+  void synchronize_gradients(std::vector<Tensor>& gradients);
+  std::map<std::string, double> run_evaluation(const Tensor& x, const Tensor& y,
+                                               std::int64_t batch_size, int verbose);
+
+  std::shared_ptr<optimizers::Optimizer> optimizer_;
+  losses::LossPtr loss_;
+  std::vector<std::string> metric_names_;
+};
+
+class Sequential : public Model {
+ public:
+  explicit Sequential(std::vector<AnyLayer> layers = {}, const std::string& name = "");
+  void add(AnyLayer layer);
+  Tensor call(const Tensor& inputs, bool training) override;
+};
+
+}  // namespace keras

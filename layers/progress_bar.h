@@ -1,0 +1,33 @@
+// Keras-style progress output for fit/evaluate. On a terminal one line is redrawn in place:
+//   123/469 ━━━━━╸━━━━━━━━━━━━━━ 1s 5ms/step - ETA 2s - accuracy: 0.8012 - loss: 0.5634
+// When output is not a terminal (a log file, CI), only the finished line of each epoch is
+// printed, so logs stay readable.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+
+namespace keras {
+
+class ProgressBar {
+ public:
+  ProgressBar(std::int64_t total_steps, std::FILE* stream = stdout);
+  // Reports that `step` steps are done, with the running values to show.
+  void update(std::int64_t step, const std::map<std::string, double>& values, bool finished);
+
+ private:
+  std::string render(std::int64_t step, const std::map<std::string, double>& values,
+                     bool finished) const;
+  std::int64_t total_steps_;
+  std::FILE* stream_;
+  bool interactive_;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_draw_;
+};
+
+// "3s", "1:05", "1:02:03" as Keras formats durations.
+std::string format_duration(double seconds);
+
+}  // namespace keras
