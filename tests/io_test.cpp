@@ -278,7 +278,9 @@ std::string big_endian(const std::vector<T>& values) {
   std::string bytes;
   for (T value : values) {
     auto bits = std::bit_cast<std::array<unsigned char, sizeof(T)>>(value);
-    if constexpr (std::endian::native == std::endian::little) std::reverse(bits.begin(), bits.end());
+    if constexpr (std::endian::native == std::endian::little) {
+      std::reverse(bits.begin(), bits.end());
+    }
     bytes.append(reinterpret_cast<const char*>(bits.data()), bits.size());
   }
   return bytes;

@@ -1,0 +1,66 @@
+// Throughput of keras::ops::matmul in float32 on CPU, in GFLOP/s, for the three forward
+// products of an MLP 784-1024-1024-10 at batch 128 and for square matrices of 256, 512 and 1024.
+// The MLP shapes are the ones training_step_benchmark spends most of its time in; the square ones
+// show what the kernel reaches when no dimension is small.
+//   matmul_benchmark [Google Benchmark flags]; KERAS_NUM_THREADS sets the engine's threads.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <string>
+
+#include "keras.h"
+
+namespace {
+
+keras::Tensor random_matrix(std::int64_t rows, std::int64_t columns, std::uint64_t seed) {
+  keras::RandomSpec spec{.distribution = keras::RandomDistribution::uniform,
+                         .a = -1.0, .b = 1.0, .seed = seed};
+  return keras::ops::random(spec, {rows, columns});
+}
+
+// Arguments: m, k, n for (m x k) @ (k x n).
+void BM_Matmul(benchmark::State& state) {
+  const std::int64_t m = state.range(0);
+  const std::int64_t k = state.range(1);
+  const std::int64_t n = state.range(2);
+  keras::Tensor a = random_matrix(m, k, 1);
+  keras::Tensor b = random_matrix(k, n, 2);
+  // The first call pays for one-time set-up (pool start, allocator growth), not the kernel.
+  benchmark::DoNotOptimize(keras::ops::matmul(a, b));
+  for (auto _ : state) {
+    keras::Tensor product = keras::ops::matmul(a, b);
+    benchmark::DoNotOptimize(product.raw_data());
+    benchmark::ClobberMemory();
+  }
+  const double flops_per_product = 2.0 * static_cast<double>(m) * static_cast<double>(n) *
+                                   static_cast<double>(k);
+  // kIsIterationInvariantRate multiplies by the iterations and divides by the time; the 1e9
+  // makes the printed number GFLOP/s rather than FLOP/s.
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops_per_product / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel("threads=" + std::to_string(keras::num_threads()));
+}
+
+// The products of the MLP's forward pass at batch 128, then square sizes. Wall-clock time,
+// because the engine's pool threads do part of the work and CPU time counts only the caller.
+BENCHMARK(BM_Matmul)
+    ->ArgNames({"m", "k", "n"})
+    ->Args({128, 784, 1024})
+    ->Args({128, 1024, 1024})
+    ->Args({128, 1024, 10})
+    ->Args({256, 256, 256})
+    ->Args({512, 512, 512})
+    ->Args({1024, 1024, 1024})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("keras_num_threads", std::to_string(keras::num_threads()));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

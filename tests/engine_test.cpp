@@ -1,0 +1,211 @@
+// Engine tests beyond the op table: tensors, autograd bookkeeping, the counter-based RNG's
+// slice property, initializers, losses against hand-computed values, one optimizer step
+// against Keras' formulas, and the errors bad inputs must give.
+#include <cmath>
+#include <set>
+
+#include "engine/backend.h"
+#include "engine/gpu_runtime.h"
+#include "tests/test_helpers.h"
+
+namespace keras {
+namespace {
+
+using testing::expect_close;
+using testing::expect_throw_with;
+
+TEST(Tensor, HandlesShareDataAndReshapeDoesNotCopy) {
+  Tensor a = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = a;
+  Tensor c = ops::reshape(a, {3, 2});
+  EXPECT_EQ(b.raw_data(), a.raw_data());
+  EXPECT_EQ(c.raw_data(), a.raw_data());
+  EXPECT_EQ(c.shape(), (Shape{3, 2}));
+  EXPECT_EQ(a.to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}));
+}
+
+TEST(Tensor, RejectsWrongElementTypeAndBadShapes) {
+  Tensor a = Tensor::zeros({2}, int64);
+  expect_throw_with<DTypeError>([&] { a.data<float>(); }, "int64");
+  expect_throw_with<ShapeError>([] { Tensor::from_vector<float>({1, 2, 3}, {2, 2}); }, "3 values");
+  expect_throw_with<ValueError>([] { Tensor::zeros({2, -1}); }, "negative");
+  expect_throw_with<ValueError>([] { Tensor().shape(); }, "undefined");
+}
+
+TEST(Tensor, GpuTensorsFailClearlyWithoutAGpu) {
+  if (gpu::device_count() > 0) GTEST_SKIP() << "a GPU is present";
+  expect_throw_with<NotImplementedError>([] { Tensor::zeros({2}, float32, Device::gpu(0)); },
+                                         "no GPU implementation");
+}
+
+TEST(Allocator, ReusesFreedBlocksInsteadOfAllocatingAgain) {
+  { Tensor warm = Tensor::empty({1000, 1000}); }
+  std::size_t before = allocator_stats(Device::cpu()).fresh_allocations;
+  for (int i = 0; i < 10; ++i) Tensor again = Tensor::empty({1000, 1000});
+  EXPECT_EQ(allocator_stats(Device::cpu()).fresh_allocations, before);
+}
+
+TEST(ThreadPool, CoversTheRangeOnceAndPropagatesErrors) {
+  std::vector<int> hits(100000, 0);
+  parallel_for(100000, 10, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) hits[i] += 1;
+  });
+  for (int hit : hits) ASSERT_EQ(hit, 1);
+  expect_throw_with<ValueError>(
+      [] {
+        parallel_for(100000, 10, [](std::int64_t begin, std::int64_t) {
+          if (begin > 0) throw ValueError("from a worker");
+        });
+      },
+      "from a worker");
+}
+
+TEST(Autograd, AccumulatesThroughSharedUsesAndIntoExistingGradients) {
+  Tensor x = Tensor::from_vector<double>({1.0, 2.0, 3.0}, {3}).set_requires_grad(true);
+  Tensor y = ops::sum(x * x + x * 3.0);  // dy/dx = 2x + 3
+  y.backward();
+  expect_close(x.grad().to_vector<double>(), {5, 7, 9}, 1e-12, "first backward");
+  ops::sum(x).backward();  // gradients add up until cleared, as in PyTorch
+  expect_close(x.grad().to_vector<double>(), {6, 8, 10}, 1e-12, "accumulated");
+}
+
+TEST(Autograd, NoGradGuardRecordsNothingAndBackwardNeedsAGraph) {
+  Tensor x = Tensor::ones({2}).set_requires_grad(true);
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = ops::sum(x * 2.0);
+  }
+  EXPECT_FALSE(y.requires_grad());
+  expect_throw_with<ValueError>([&] { y.backward(); }, "does not require gradients");
+  expect_throw_with<ValueError>([&] { (x * 2.0).backward(); }, "scalar");
+}
+
+TEST(Autograd, LeafReadyHookFiresOncePerLeafInAFixedOrder) {
+  Tensor a = Tensor::ones({2, 2}).set_requires_grad(true).set_name("a");
+  Tensor b = Tensor::ones({2}).set_requires_grad(true).set_name("b");
+  Tensor loss = ops::sum(ops::matmul(a, a) + b);
+  std::vector<std::string> order;
+  backward({loss}, {Tensor::ones({})}, [&](const Tensor& leaf) { order.push_back(leaf.name()); });
+  EXPECT_EQ(order.size(), 2u);
+  EXPECT_EQ(std::set<std::string>(order.begin(), order.end()), (std::set<std::string>{"a", "b"}));
+}
+
+TEST(Ops, BadInputsGiveClearErrors) {
+  Tensor a = Tensor::zeros({2, 3});
+  Tensor b = Tensor::zeros({4, 5});
+  expect_throw_with<ShapeError>([&] { ops::matmul(a, b); }, "(2, 3) and (4, 5)");
+  expect_throw_with<ShapeError>([&] { ops::add(a, b); }, "cannot be broadcast");
+  expect_throw_with<DTypeError>([&] { ops::add(a, Tensor::zeros({2, 3}, int64)); }, "float32 and int64");
+  expect_throw_with<ValueError>([&] { ops::sum(a, {2}); }, "axis 2 is out of range");
+  expect_throw_with<ValueError>([&] { ops::take(a, Tensor::from_vector<std::int64_t>({5}, {1}), 0); },
+                                "index 5 is out of range");
+  expect_throw_with<ValueError>([&] { ops::reshape(a, {-1, -1}); }, "more than one -1");
+  expect_throw_with<ShapeError>([&] { ops::reshape(a, {4}); }, "cannot reshape");
+  expect_throw_with<ValueError>([&] { ops::slice(a, {1, 0}, {2, 3}); }, "does not lie inside");
+  expect_throw_with<DTypeError>([&] { ops::log(Tensor::zeros({2}, int32)); }, "float32 or float64");
+}
+
+TEST(Random, AnySliceEqualsTheSameSliceOfTheFullTensor) {
+  for (auto distribution : {RandomDistribution::uniform, RandomDistribution::normal,
+                            RandomDistribution::truncated_normal}) {
+    RandomSpec spec{distribution, 0.0, 1.0, 1234};
+    Tensor full = ops::random(spec, {6, 8, 5}, float64);
+    Tensor expected = ops::slice(full, {2, 3, 1}, {3, 4, 2});
+    Tensor block = ops::random_slice(spec, {6, 8, 5}, {2, 3, 1}, {3, 4, 2}, float64);
+    EXPECT_EQ(block.to_vector<double>(), expected.to_vector<double>());
+  }
+}
+
+TEST(Random, DistributionsHaveTheRightMomentsAndSeedsDiffer) {
+  Tensor normal = ops::random({RandomDistribution::normal, 1.0, 2.0, 7}, {100000}, float64);
+  EXPECT_NEAR(ops::mean(normal).item(), 1.0, 0.03);
+  EXPECT_NEAR(std::sqrt(ops::var(normal).item()), 2.0, 0.03);
+  Tensor truncated = ops::random({RandomDistribution::truncated_normal, 0.0, 1.0, 7}, {100000}, float64);
+  EXPECT_LE(ops::max(ops::abs(truncated)).item(), 2.0);
+  Tensor uniform = ops::random({RandomDistribution::uniform, -3.0, 5.0, 7}, {100000}, float64);
+  EXPECT_GE(ops::min(uniform).item(), -3.0);
+  EXPECT_LT(ops::max(uniform).item(), 5.0);
+  EXPECT_NEAR(ops::mean(uniform).item(), 1.0, 0.05);
+  Tensor other = ops::random({RandomDistribution::uniform, -3.0, 5.0, 8}, {100000}, float64);
+  EXPECT_NE(other.to_vector<double>(), uniform.to_vector<double>());
+}
+
+TEST(Initializers, FollowKerasFormulasAndProduceBlocks) {
+  auto glorot = initializers::glorot_uniform(3);
+  Tensor kernel = (*glorot)({300, 200}, float64);
+  double limit = std::sqrt(6.0 / 500.0);
+  EXPECT_LE(ops::max(ops::abs(kernel)).item(), limit);
+  EXPECT_NEAR(ops::var(kernel).item(), limit * limit / 3.0, 0.05 * limit * limit / 3.0);
+  Tensor block = glorot->block({300, 200}, {100, 50}, {20, 30}, float64);
+  EXPECT_EQ(block.to_vector<double>(), ops::slice(kernel, {100, 50}, {20, 30}).to_vector<double>());
+  Tensor he = (*initializers::he_normal(4))({400, 300}, float64);
+  EXPECT_NEAR(ops::var(he).item(), 2.0 / 400.0, 0.1 * 2.0 / 400.0);
+  EXPECT_EQ(ops::sum((*initializers::ones())({3, 2})).item(), 6.0);
+  expect_throw_with<ValueError>([] { initializers::get("glorot_magic"); }, "unknown initializer");
+}
+
+TEST(Losses, MatchHandComputedValues) {
+  Tensor logits = Tensor::from_vector<double>({2.0, 1.0, 0.1, 0.5, 2.5, 0.3}, {2, 3});
+  Tensor labels = Tensor::from_vector<std::int64_t>({0, 1}, {2});
+  auto row_loss = [](double a, double b, double c, double pick) {
+    return -(pick - std::log(std::exp(a) + std::exp(b) + std::exp(c)));
+  };
+  double expected = (row_loss(2.0, 1.0, 0.1, 2.0) + row_loss(0.5, 2.5, 0.3, 2.5)) / 2;
+  EXPECT_NEAR(losses::SparseCategoricalCrossentropy(true)(labels, logits).item(), expected, 1e-12);
+  Tensor one_hot = ops::one_hot(labels, 3, float64);
+  EXPECT_NEAR(losses::CategoricalCrossentropy(true)(one_hot, logits).item(), expected, 1e-12);
+  Tensor probabilities = ops::softmax(logits);
+  EXPECT_NEAR(losses::get("sparse_categorical_crossentropy")->operator()(labels, probabilities).item(),
+              expected, 1e-9);
+  Tensor target = Tensor::from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_NEAR(losses::MeanSquaredError()(target, logits).item(),
+              (1 + 1 + 8.41 + 12.25 + 6.25 + 32.49) / 6, 1e-12);
+}
+
+TEST(Losses, RejectWrongLabels) {
+  Tensor logits = Tensor::zeros({2, 3});
+  expect_throw_with<DTypeError>(
+      [&] { losses::SparseCategoricalCrossentropy(true)(Tensor::zeros({2}), logits); },
+      "labels must be integer class indices");
+  expect_throw_with<ValueError>(
+      [&] {
+        losses::SparseCategoricalCrossentropy(true)(Tensor::from_vector<std::int64_t>({0, 3}, {2}), logits);
+      },
+      "label 3 is out of range");
+  expect_throw_with<ShapeError>(
+      [&] { losses::SparseCategoricalCrossentropy(true)(Tensor::zeros({3}, int64), logits); },
+      "do not fit");
+  expect_throw_with<ValueError>([] { losses::get("hinge_of_doom"); }, "unknown loss");
+}
+
+TEST(Optimizers, OneStepMatchesKerasFormulas) {
+  auto run = [](optimizers::Optimizer& optimizer, int steps) {
+    Tensor w = Tensor::from_vector<double>({1.0, -2.0}, {2}).set_requires_grad(true);
+    for (int i = 0; i < steps; ++i) optimizer.apply({w}, {Tensor::from_vector<double>({0.5, -1.0}, {2})});
+    return w.to_vector<double>();
+  };
+  optimizers::SGD sgd(0.1);
+  expect_close(run(sgd, 1), {1.0 - 0.05, -2.0 + 0.1}, 1e-15, "SGD");
+  // momentum 0.9, two steps: v1 = -lr g, w1 = w0 + v1; v2 = 0.9 v1 - lr g, w2 = w1 + v2.
+  optimizers::SGD momentum(0.1, 0.9);
+  expect_close(run(momentum, 2), {1.0 - 0.05 - 0.095, -2.0 + 0.1 + 0.19}, 1e-15, "momentum");
+  // nesterov, one step: v = -lr g; w += 0.9 v - lr g.
+  optimizers::SGD nesterov(0.1, 0.9, true);
+  expect_close(run(nesterov, 1), {1.0 - 0.045 - 0.05, -2.0 + 0.09 + 0.1}, 1e-15, "nesterov");
+  // Adam step 1: m = 0.1 g, v = 0.001 g², alpha = lr sqrt(0.001)/0.1 -> w -= lr * g/(|g| + eps').
+  optimizers::Adam adam(0.01);
+  double alpha = 0.01 * std::sqrt(1 - 0.999) / (1 - 0.9);
+  auto adam_delta = [&](double g) { return alpha * 0.1 * g / (std::sqrt(0.001 * g * g) + 1e-7); };
+  expect_close(run(adam, 1), {1.0 - adam_delta(0.5), -2.0 - adam_delta(-1.0)}, 1e-12, "Adam");
+  optimizers::AdamW adamw(0.01, 0.1);
+  expect_close(run(adamw, 1),
+               {1.0 * (1 - 0.001) - adam_delta(0.5), -2.0 * (1 - 0.001) - adam_delta(-1.0)}, 1e-12,
+               "AdamW");
+  expect_throw_with<ValueError>([] { optimizers::SGD bad(-1.0); }, "learning_rate");
+  expect_throw_with<ValueError>([] { optimizers::Adam bad(0.001, 1.5); }, "beta_1");
+  expect_throw_with<ValueError>([] { optimizers::get("rmsprop_turbo"); }, "unknown optimizer");
+}
+
+}  // namespace
+}  // namespace keras

@@ -1,0 +1,383 @@
+// Every op in one table (ggml test-backend-ops style): each entry names the op, its input
+// shapes, how to call it, and an independent naive float64 reference. Each entry is checked
+//   1. in float64 against the reference (kernel correctness),
+//   2. in float32 against the reference (the dtype training uses),
+//   3. for its gradient, in float64, against central finite differences of sum(op(x) * w).
+// Adding an op to the engine means adding a row here.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numbers>
+
+#include "tests/test_helpers.h"
+
+namespace keras {
+namespace {
+
+using Values = std::vector<double>;
+using Inputs = std::vector<Values>;
+
+enum class Domain { any, positive, away_from_zero };
+
+struct OpCase {
+  std::string name;
+  std::vector<Shape> shapes;
+  std::function<Tensor(const std::vector<Tensor>&)> op;
+  std::function<Values(const Inputs&, const std::vector<Shape>&)> reference;
+  Domain domain = Domain::any;
+  bool differentiable = true;
+  // A float32 round trip needs a step far above float32's resolution.
+  double gradient_step = 1e-6;
+  double gradient_tolerance = 1e-6;
+};
+
+// Index of `out_index` (row-major in out_shape) into a broadcast input of `shape`.
+std::int64_t broadcast_source(std::int64_t out_index, const Shape& out_shape, const Shape& shape) {
+  std::int64_t source = 0, stride = 1;
+  int offset = static_cast<int>(out_shape.size() - shape.size());
+  for (int d = static_cast<int>(out_shape.size()) - 1; d >= 0; --d) {
+    std::int64_t index = out_index % out_shape[d];
+    out_index /= out_shape[d];
+    int own = d - offset;
+    if (own >= 0) {
+      if (shape[own] != 1) source += index * stride;
+      stride *= shape[own];
+    }
+  }
+  return source;
+}
+
+OpCase unary_case(std::string name, Tensor (*op)(const Tensor&), double (*reference)(double),
+                  Domain domain = Domain::any) {
+  return {name, {{3, 4}}, [op](const std::vector<Tensor>& x) { return op(x[0]); },
+          [reference](const Inputs& in, const std::vector<Shape>&) {
+            Values out;
+            for (double v : in[0]) out.push_back(reference(v));
+            return out;
+          },
+          domain};
+}
+
+OpCase binary_case(std::string name, Tensor (*op)(const Tensor&, const Tensor&),
+                   double (*reference)(double, double), Shape a, Shape b,
+                   Domain domain = Domain::any) {
+  return {name, {a, b}, [op](const std::vector<Tensor>& x) { return op(x[0], x[1]); },
+          [reference](const Inputs& in, const std::vector<Shape>& shapes) {
+            Shape out_shape = broadcast_shapes(shapes[0], shapes[1], "test");
+            Values out;
+            for (std::int64_t i = 0; i < shape_size(out_shape); ++i) {
+              out.push_back(reference(in[0][broadcast_source(i, out_shape, shapes[0])],
+                                      in[1][broadcast_source(i, out_shape, shapes[1])]));
+            }
+            return out;
+          },
+          domain};
+}
+
+// Reduction over one axis of a rank-3 input (2, 3, 4), keepdims=false.
+OpCase reduce_case(std::string name, std::function<Tensor(const Tensor&)> op, int axis,
+                   std::function<double(const Values&)> reduce) {
+  return {name, {{2, 3, 4}}, [op](const std::vector<Tensor>& x) { return op(x[0]); },
+          [axis, reduce](const Inputs& in, const std::vector<Shape>&) {
+            Shape shape = {2, 3, 4};
+            Values out;
+            std::int64_t outer = 1, inner = 1;
+            for (int d = 0; d < axis; ++d) outer *= shape[d];
+            for (int d = axis + 1; d < 3; ++d) inner *= shape[d];
+            for (std::int64_t o = 0; o < outer; ++o) {
+              for (std::int64_t i = 0; i < inner; ++i) {
+                Values line;
+                for (std::int64_t r = 0; r < shape[axis]; ++r) {
+                  line.push_back(in[0][(o * shape[axis] + r) * inner + i]);
+                }
+                out.push_back(reduce(line));
+              }
+            }
+            return out;
+          }};
+}
+
+Values naive_matmul(const Values& a, const Values& b, std::int64_t batch, std::int64_t m,
+                    std::int64_t k, std::int64_t n, bool shared_b) {
+  Values out(batch * m * n, 0.0);
+  for (std::int64_t p = 0; p < batch; ++p) {
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        double total = 0;
+        for (std::int64_t q = 0; q < k; ++q) {
+          total += a[(p * m + i) * k + q] * b[(shared_b ? 0 : p * k * n) + q * n + j];
+        }
+        out[(p * m + i) * n + j] = total;
+      }
+    }
+  }
+  return out;
+}
+
+Values softmax_reference(const Values& x, std::int64_t outer, std::int64_t length,
+                         std::int64_t inner, bool log) {
+  Values out(x.size());
+  for (std::int64_t o = 0; o < outer; ++o) {
+    for (std::int64_t i = 0; i < inner; ++i) {
+      auto at = [&](std::int64_t r) { return (o * length + r) * inner + i; };
+      double largest = -INFINITY, total = 0;
+      for (std::int64_t r = 0; r < length; ++r) largest = std::max(largest, x[at(r)]);
+      for (std::int64_t r = 0; r < length; ++r) total += std::exp(x[at(r)] - largest);
+      for (std::int64_t r = 0; r < length; ++r) {
+        double value = x[at(r)] - largest - std::log(total);
+        out[at(r)] = log ? value : std::exp(value);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<OpCase> all_cases() {
+  std::vector<OpCase> cases = {
+      unary_case("negative", ops::negative, [](double v) { return -v; }),
+      unary_case("abs", ops::abs, [](double v) { return std::abs(v); }, Domain::away_from_zero),
+      unary_case("exp", ops::exp, [](double v) { return std::exp(v); }),
+      unary_case("log", ops::log, [](double v) { return std::log(v); }, Domain::positive),
+      unary_case("sqrt", ops::sqrt, [](double v) { return std::sqrt(v); }, Domain::positive),
+      unary_case("rsqrt", ops::rsqrt, [](double v) { return 1 / std::sqrt(v); }, Domain::positive),
+      unary_case("square", ops::square, [](double v) { return v * v; }),
+      unary_case("reciprocal", ops::reciprocal, [](double v) { return 1 / v; }, Domain::positive),
+      unary_case("tanh", ops::tanh, [](double v) { return std::tanh(v); }),
+      unary_case("sigmoid", ops::sigmoid, [](double v) { return 1 / (1 + std::exp(-v)); }),
+      unary_case("relu", ops::relu, [](double v) { return v > 0 ? v : 0.0; },
+                 Domain::away_from_zero),
+      unary_case("gelu", ops::gelu,
+                 [](double v) { return 0.5 * v * (1 + std::erf(v / std::numbers::sqrt2)); }),
+      binary_case("add", ops::add, [](double a, double b) { return a + b; }, {2, 3}, {3}),
+      binary_case("subtract", ops::subtract, [](double a, double b) { return a - b; },
+                  {2, 1, 3}, {4, 1}),
+      binary_case("multiply", ops::multiply, [](double a, double b) { return a * b; }, {3, 4}, {}),
+      binary_case("divide", ops::divide, [](double a, double b) { return a / b; }, {3, 1}, {1, 4},
+                  Domain::positive),
+      binary_case("maximum", ops::maximum, [](double a, double b) { return std::max(a, b); },
+                  {3, 4}, {3, 4}),
+      binary_case("minimum", ops::minimum, [](double a, double b) { return std::min(a, b); },
+                  {3, 4}, {4}),
+      binary_case("power", ops::power, [](double a, double b) { return std::pow(a, b); }, {3, 4},
+                  {4}, Domain::positive),
+      reduce_case("sum_axis1", [](const Tensor& x) { return ops::sum(x, {1}); }, 1,
+                  [](const Values& v) { double t = 0; for (double e : v) t += e; return t; }),
+      reduce_case("sum_axis0", [](const Tensor& x) { return ops::sum(x, {0}); }, 0,
+                  [](const Values& v) { double t = 0; for (double e : v) t += e; return t; }),
+      reduce_case("mean_axis2", [](const Tensor& x) { return ops::mean(x, {-1}); }, 2,
+                  [](const Values& v) { double t = 0; for (double e : v) t += e; return t / double(v.size()); }),
+      reduce_case("max_axis1", [](const Tensor& x) { return ops::max(x, {1}); }, 1,
+                  [](const Values& v) { return *std::max_element(v.begin(), v.end()); }),
+      reduce_case("min_axis2", [](const Tensor& x) { return ops::min(x, {2}); }, 2,
+                  [](const Values& v) { return *std::min_element(v.begin(), v.end()); }),
+      reduce_case("var_axis1", [](const Tensor& x) { return ops::var(x, {1}); }, 1,
+                  [](const Values& v) {
+                    double m = 0, s = 0;
+                    for (double e : v) m += e / double(v.size());
+                    for (double e : v) s += (e - m) * (e - m) / double(v.size());
+                    return s;
+                  }),
+      reduce_case("softmax_axis1", [](const Tensor& x) { return ops::sum(ops::softmax(x, 1) * x, {1}); },
+                  1, [](const Values& v) {
+                    double largest = *std::max_element(v.begin(), v.end()), total = 0, weighted = 0;
+                    for (double e : v) total += std::exp(e - largest);
+                    for (double e : v) weighted += e * std::exp(e - largest) / total;
+                    return weighted;
+                  }),
+  };
+  cases.push_back({"sum_all", {{2, 3, 4}}, [](const auto& x) { return ops::sum(x[0]); },
+                   [](const Inputs& in, const auto&) {
+                     double t = 0;
+                     for (double e : in[0]) t += e;
+                     return Values{t};
+                   }});
+  cases.push_back({"mean_axes_0_2_keepdims", {{2, 3, 4}},
+                   [](const auto& x) { return ops::mean(x[0], {0, 2}, true); },
+                   [](const Inputs& in, const auto&) {
+                     Values out(3, 0.0);
+                     for (int i = 0; i < 24; ++i) out[(i / 4) % 3] += in[0][i] / 8.0;
+                     return out;
+                   }});
+  cases.push_back({"matmul", {{3, 4}, {4, 5}}, [](const auto& x) { return ops::matmul(x[0], x[1]); },
+                   [](const Inputs& in, const auto&) { return naive_matmul(in[0], in[1], 1, 3, 4, 5, true); }});
+  cases.push_back({"matmul_batched", {{2, 3, 4}, {2, 4, 5}},
+                   [](const auto& x) { return ops::matmul(x[0], x[1]); },
+                   [](const Inputs& in, const auto&) { return naive_matmul(in[0], in[1], 2, 3, 4, 5, false); }});
+  cases.push_back({"matmul_rank3_by_matrix", {{2, 3, 4}, {4, 5}},
+                   [](const auto& x) { return ops::matmul(x[0], x[1]); },
+                   [](const Inputs& in, const auto&) { return naive_matmul(in[0], in[1], 2, 3, 4, 5, true); }});
+  cases.push_back({"softmax_last", {{3, 5}}, [](const auto& x) { return ops::softmax(x[0]); },
+                   [](const Inputs& in, const auto&) { return softmax_reference(in[0], 3, 5, 1, false); }});
+  cases.push_back({"softmax_axis0", {{3, 5}}, [](const auto& x) { return ops::softmax(x[0], 0); },
+                   [](const Inputs& in, const auto&) { return softmax_reference(in[0], 1, 3, 5, false); }});
+  cases.push_back({"log_softmax", {{2, 3, 4}}, [](const auto& x) { return ops::log_softmax(x[0], 1); },
+                   [](const Inputs& in, const auto&) { return softmax_reference(in[0], 2, 3, 4, true); }});
+  cases.push_back({"reshape", {{2, 6}}, [](const auto& x) { return ops::reshape(x[0], {3, -1}); },
+                   [](const Inputs& in, const auto&) { return in[0]; }});
+  cases.push_back({"transpose", {{2, 3, 4}},
+                   [](const auto& x) { return ops::transpose(x[0], {2, 0, 1}); },
+                   [](const Inputs& in, const auto&) {
+                     Values out;
+                     for (int k = 0; k < 4; ++k)
+                       for (int i = 0; i < 2; ++i)
+                         for (int j = 0; j < 3; ++j) out.push_back(in[0][(i * 3 + j) * 4 + k]);
+                     return out;
+                   }});
+  cases.push_back({"slice", {{4, 5}}, [](const auto& x) { return ops::slice(x[0], {1, 2}, {2, -1}); },
+                   [](const Inputs& in, const auto&) {
+                     Values out;
+                     for (int i = 1; i < 3; ++i)
+                       for (int j = 2; j < 5; ++j) out.push_back(in[0][i * 5 + j]);
+                     return out;
+                   }});
+  cases.push_back({"concatenate_axis1", {{2, 2}, {2, 3}},
+                   [](const auto& x) { return ops::concatenate({x[0], x[1]}, 1); },
+                   [](const Inputs& in, const auto&) {
+                     Values out;
+                     for (int i = 0; i < 2; ++i) {
+                       for (int j = 0; j < 2; ++j) out.push_back(in[0][i * 2 + j]);
+                       for (int j = 0; j < 3; ++j) out.push_back(in[1][i * 3 + j]);
+                     }
+                     return out;
+                   }});
+  cases.push_back({"take_axis0_repeated", {{4, 3}},
+                   [](const auto& x) {
+                     return ops::take(x[0], Tensor::from_vector<std::int64_t>({2, 0, 2, -1}, {2, 2}), 0);
+                   },
+                   [](const Inputs& in, const auto&) {
+                     Values out;
+                     for (int row : {2, 0, 2, 3})
+                       for (int j = 0; j < 3; ++j) out.push_back(in[0][row * 3 + j]);
+                     return out;
+                   }});
+  cases.push_back({"take_axis1", {{2, 4}},
+                   [](const auto& x) {
+                     return ops::take(x[0], Tensor::from_vector<std::int32_t>({3, 1}, {2}), 1);
+                   },
+                   [](const Inputs& in, const auto&) {
+                     return Values{in[0][3], in[0][1], in[0][7], in[0][5]};
+                   }});
+  cases.push_back({"broadcast_to", {{3, 1}},
+                   [](const auto& x) { return ops::broadcast_to(x[0], {2, 3, 4}); },
+                   [](const Inputs& in, const auto&) {
+                     Values out;
+                     for (int i = 0; i < 24; ++i) out.push_back(in[0][(i / 4) % 3]);
+                     return out;
+                   }});
+  cases.push_back({"expand_squeeze", {{2, 3}},
+                   [](const auto& x) { return ops::squeeze(ops::expand_dims(x[0], 1), 1) * 2.0; },
+                   [](const Inputs& in, const auto&) {
+                     Values out;
+                     for (double v : in[0]) out.push_back(2 * v);
+                     return out;
+                   }});
+  cases.push_back({"where", {{2, 3}, {3}},
+                   [](const auto& x) {
+                     Tensor condition = Tensor::from_vector<bool>({true, false, true, false, false, true}, {2, 3});
+                     return ops::where(condition, x[0], x[1]);
+                   },
+                   [](const Inputs& in, const auto&) {
+                     bool c[] = {true, false, true, false, false, true};
+                     Values out;
+                     for (int i = 0; i < 6; ++i) out.push_back(c[i] ? in[0][i] : in[1][i % 3]);
+                     return out;
+                   }});
+  cases.push_back({"cast_roundtrip", {{2, 3}},
+                   [](const auto& x) { return ops::cast(ops::cast(x[0], float32), x[0].dtype()); },
+                   [](const Inputs& in, const auto&) {
+                     Values out;
+                     for (double v : in[0]) out.push_back(static_cast<float>(v));
+                     return out;
+                   },
+                   Domain::any, true, 1e-2, 1e-4});
+  cases.push_back({"argmax_axis1", {{3, 4}},
+                   [](const auto& x) { return ops::argmax(x[0], 1); },
+                   [](const Inputs& in, const auto&) {
+                     Values out;
+                     for (int i = 0; i < 3; ++i) {
+                       auto row = in[0].begin() + i * 4;
+                       out.push_back(double(std::max_element(row, row + 4) - row));
+                     }
+                     return out;
+                   },
+                   Domain::any, false});
+  cases.push_back({"one_hot", {{3}},
+                   [](const auto& x) {
+                     return ops::one_hot(ops::cast(ops::abs(x[0]) * 1.9, int64), 4, x[0].dtype());
+                   },
+                   [](const Inputs& in, const auto&) {
+                     Values out(12, 0.0);
+                     for (int i = 0; i < 3; ++i) {
+                       out[i * 4 + static_cast<int>(static_cast<float>(std::abs(in[0][i])) * 1.9f)] = 1;
+                     }
+                     return out;
+                   },
+                   Domain::any, false});
+  return cases;
+}
+
+Tensor make_input(const Shape& shape, Domain domain, std::uint64_t seed) {
+  Tensor x = testing::random_tensor(shape, seed, float64, -2.0, 2.0);
+  if (domain == Domain::positive) return ops::abs(x) + 0.3;
+  if (domain == Domain::away_from_zero) {
+    return ops::where(ops::less(x, ops::scalar_like(x, 0.0)), x - 0.2, x + 0.2);
+  }
+  return x;
+}
+
+class OpTable : public ::testing::TestWithParam<OpCase> {};
+
+TEST_P(OpTable, MatchesReferenceInFloat64AndFloat32) {
+  const OpCase& c = GetParam();
+  std::vector<Tensor> inputs;
+  Inputs values;
+  for (std::size_t i = 0; i < c.shapes.size(); ++i) {
+    inputs.push_back(make_input(c.shapes[i], c.domain, 1000 + i));
+    values.push_back(inputs.back().to_vector<double>());
+  }
+  Values expected = c.reference(values, c.shapes);
+  testing::expect_close(c.op(inputs).to_vector<double>(), expected, 1e-12, c.name + " float64");
+  std::vector<Tensor> inputs32;
+  for (const Tensor& input : inputs) inputs32.push_back(input.astype(float32));
+  Tensor out32 = c.op(inputs32);
+  testing::expect_close(out32.to_vector<double>(), expected, 2e-5, c.name + " float32");
+}
+
+TEST_P(OpTable, GradientMatchesFiniteDifferences) {
+  const OpCase& c = GetParam();
+  if (!c.differentiable) GTEST_SKIP() << c.name << " has no gradient";
+  std::vector<Tensor> inputs;
+  for (std::size_t i = 0; i < c.shapes.size(); ++i) {
+    inputs.push_back(make_input(c.shapes[i], c.domain, 2000 + i).clone().set_requires_grad(true));
+  }
+  Tensor output = c.op(inputs);
+  Tensor weights = testing::random_tensor(output.shape(), 77);
+  ops::sum(output * weights).backward();
+  auto objective = [&](const std::vector<Tensor>& x) {
+    NoGradGuard no_grad;
+    return ops::sum(c.op(x) * weights).item();
+  };
+  const double step = c.gradient_step;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    ASSERT_TRUE(inputs[i].grad().defined()) << c.name << " input " << i << " got no gradient";
+    Values analytic = inputs[i].grad().to_vector<double>();
+    Values base = inputs[i].to_vector<double>();
+    Values numeric(base.size());
+    for (std::size_t j = 0; j < base.size(); ++j) {
+      std::vector<Tensor> plus = inputs, minus = inputs;
+      Values shifted = base;
+      shifted[j] = base[j] + step;
+      plus[i] = Tensor::from_vector(shifted, inputs[i].shape());
+      shifted[j] = base[j] - step;
+      minus[i] = Tensor::from_vector(shifted, inputs[i].shape());
+      numeric[j] = (objective(plus) - objective(minus)) / (2 * step);
+    }
+    testing::expect_close(analytic, numeric, c.gradient_tolerance, c.name + " gradient of input " + std::to_string(i));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, OpTable, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<OpCase>& parameter) { return parameter.param.name; });
+
+}  // namespace
+}  // namespace keras

@@ -1,0 +1,40 @@
+// Small helpers shared by the tests: deterministic inputs, closeness checks, and checking that
+// a call throws a given exception type whose message contains a phrase.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "keras.h"
+
+namespace keras::testing {
+
+inline Tensor random_tensor(const Shape& shape, std::uint64_t seed, DType dtype = float64,
+                            double low = -1.0, double high = 1.0) {
+  return ops::random({RandomDistribution::uniform, low, high, seed}, shape, dtype);
+}
+
+inline void expect_close(const std::vector<double>& actual, const std::vector<double>& expected,
+                         double tolerance, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    double scale = std::max(1.0, std::abs(expected[i]));
+    EXPECT_LE(std::abs(actual[i] - expected[i]), tolerance * scale)
+        << what << " element " << i << ": got " << actual[i] << ", expected " << expected[i];
+  }
+}
+
+template <typename Exception, typename Fn>
+void expect_throw_with(Fn&& fn, const std::string& phrase) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an exception containing '" << phrase << "'";
+  } catch (const Exception& error) {
+    EXPECT_NE(std::string(error.what()).find(phrase), std::string::npos)
+        << "message was: " << error.what();
+  }
+}
+
+}  // namespace keras::testing
