@@ -99,7 +99,9 @@ void LayerNormalization::build(const Shape& input_shape) {
   if (center_) beta_ = add_weight("beta", {input_shape.back()}, initializers::zeros());
 }
 
-Tensor LayerNormalization::call(const Tensor& inputs, bool) {
+Tensor LayerNormalization::call(const Tensor& inputs_in, bool) {
+  // Computes in the weights' dtype (float32), as Dense does, whatever the input dtype.
+  Tensor inputs = inputs_in.dtype() == float32 ? inputs_in : ops::cast(inputs_in, float32);
   Tensor mean = ops::mean(inputs, {-1}, /*keepdims=*/true);
   Tensor centered = inputs - mean;
   Tensor variance = ops::mean(ops::square(centered), {-1}, /*keepdims=*/true);
