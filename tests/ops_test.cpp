@@ -325,6 +325,9 @@ Tensor make_input(const Shape& shape, Domain domain, std::uint64_t seed) {
   return x;
 }
 
+// Prints a case by name in test listings.
+void PrintTo(const OpCase& op_case, std::ostream* stream) { *stream << op_case.name; }
+
 class OpTable : public ::testing::TestWithParam<OpCase> {};
 
 TEST_P(OpTable, MatchesReferenceInFloat64AndFloat32) {

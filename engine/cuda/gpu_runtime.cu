@@ -25,6 +25,11 @@ int device_count() {
 }
 
 void* allocate(std::size_t bytes, int device_index) {
+  int count = device_count();
+  if (device_index >= count) {
+    throw ValueError(str("device gpu:", device_index, " does not exist: CUDA reports ", count,
+                         " GPU(s) on this machine"));
+  }
   select(device_index);
   void* pointer = nullptr;
   check(cudaMalloc(&pointer, bytes), "cudaMalloc");

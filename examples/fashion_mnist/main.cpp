@@ -20,13 +20,14 @@ struct Flags {
   int threads = 0;
   std::uint64_t seed = 42;
   std::string save_path;
+  double min_test_accuracy = 0.0;  // exit with status 2 below this (used by CTest)
 };
 
 void usage(std::FILE* stream) {
   std::fprintf(stream,
                "usage: fashion_mnist [--epochs N] [--batch-size N] [--learning-rate X]\n"
                "                     [--data-dir DIR] [--threads N] [--seed N]\n"
-               "                     [--save PATH.safetensors]\n");
+               "                     [--save PATH.safetensors] [--min-test-accuracy X]\n");
 }
 
 template <typename T>
@@ -65,6 +66,8 @@ Flags parse_flags(int argc, char** argv) {
       if (flags.threads < 1) throw keras::ValueError("--threads must be at least 1");
     } else if (flag == "--seed") {
       flags.seed = parse_number<std::uint64_t>(flag, value);
+    } else if (flag == "--min-test-accuracy") {
+      flags.min_test_accuracy = parse_number<double>(flag, value);
     } else if (flag == "--save") {
       flags.save_path = value;
     } else {
@@ -110,6 +113,11 @@ int main(int argc, char** argv) {
     if (!flags.save_path.empty()) {
       model.save_weights(flags.save_path);
       std::printf("weights saved to %s\n", flags.save_path.c_str());
+    }
+    if (results["accuracy"] < flags.min_test_accuracy) {
+      std::fprintf(stderr, "fashion_mnist: test accuracy %.4f is below the required %.4f\n",
+                   results["accuracy"], flags.min_test_accuracy);
+      return 2;
     }
     return 0;
   } catch (const keras::Error& error) {

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the Debian packages keras-cpp builds, tests and runs with (as root, on Debian 12).
+# The CUDA toolkit is optional: when nvcc is on PATH the GPU runtime is built too.
+set -euo pipefail
+packages=(cmake g++ make libeigen3-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev
+          libgtest-dev libbenchmark-dev dataset-fashion-mnist)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
