@@ -10,8 +10,13 @@ both see the same machine conditions; the table shows medians over the rounds.
 Each PyTorch measurement runs in a fresh child process (this script with --torch-worker): OpenBLAS
 reads OPENBLAS_CORETYPE only when it is loaded, so that is the only way --unset-openblas-coretype
 can take effect, and it gives both programs the same footing (a fresh process per measurement).
+Debian's PyTorch does its float32 matmuls in OpenBLAS, whose run-time CPU detection can pick slow
+kernels on CPUs it does not know (0.3.21 picks Prescott, SSE3 only, on a Sapphire Rapids VM), and
+whose own thread pool ignores torch.set_num_threads; each row therefore says which OpenBLAS core
+and thread count PyTorch ran with, and --openblas-coretype / --match-openblas-threads change them.
 
   compare_training_step.py [BINARY] [--threads 1,2] [--rounds 3] [--unset-openblas-coretype]
+                           [--openblas-coretype NAME] [--match-openblas-threads]
 
 Uses only the standard library and torch.
 """
@@ -30,6 +35,7 @@ HIDDEN_UNITS = 1024
 CLASSES = 10
 # OpenBLAS' tuning overrides: removed for PyTorch by --unset-openblas-coretype.
 OPENBLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+OPENBLAS_LIBRARY = "libopenblas.so.0"
 
 
 def parse_arguments():
@@ -50,6 +56,11 @@ def parse_arguments():
                         help="timed PyTorch steps per round; their median is used (default 30)")
     parser.add_argument("--unset-openblas-coretype", action="store_true",
                         help="remove OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for the PyTorch runs")
+    parser.add_argument("--openblas-coretype", metavar="NAME",
+                        help="set OPENBLAS_CORETYPE=NAME (e.g. SkylakeX, Haswell) for PyTorch")
+    parser.add_argument("--match-openblas-threads", action="store_true",
+                        help="set OPENBLAS_NUM_THREADS to the thread count for PyTorch, so that "
+                             "its BLAS pool has as many threads as torch.set_num_threads")
     # Internal: the child process that times PyTorch and prints one JSON line.
     parser.add_argument("--torch-worker", type=int, metavar="THREADS", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
@@ -62,6 +73,18 @@ def parse_arguments():
     if arguments.rounds < 1:
         parser.error("--rounds must be at least 1")
     return arguments
+
+
+def openblas_state():
+    """The OpenBLAS core and thread count this process runs with, as far as it can tell."""
+    import ctypes
+    try:
+        library = ctypes.CDLL(OPENBLAS_LIBRARY, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+    except OSError:
+        return {"openblas_core": "(not loaded)", "openblas_threads": None}
+    library.openblas_get_corename.restype = ctypes.c_char_p
+    return {"openblas_core": library.openblas_get_corename().decode(),
+            "openblas_threads": library.openblas_get_num_threads()}
 
 
 def torch_worker(threads, warmup_steps, timed_steps):
@@ -98,14 +121,23 @@ def torch_worker(threads, warmup_steps, timed_steps):
         durations.append(time.perf_counter() - start)
     print(json.dumps({"ms_per_step": 1e3 * statistics.median(durations),
                       "threads": torch.get_num_threads(), "first_loss": first_loss,
-                      "final_loss": loss}))
+                      "final_loss": loss, **openblas_state()}))
 
 
-def measure_torch(threads, arguments):
+def torch_environment(threads, arguments):
     environment = dict(os.environ)
     if arguments.unset_openblas_coretype:
         for name in OPENBLAS_OVERRIDES:
             environment.pop(name, None)
+    if arguments.openblas_coretype:
+        environment["OPENBLAS_CORETYPE"] = arguments.openblas_coretype
+    if arguments.match_openblas_threads:
+        environment["OPENBLAS_NUM_THREADS"] = str(threads)
+    return environment
+
+
+def measure_torch(threads, arguments):
+    environment = torch_environment(threads, arguments)
     command = [sys.executable, os.path.abspath(__file__), "--torch-worker", str(threads),
                "--torch-warmup", str(arguments.torch_warmup),
                "--torch-steps", str(arguments.torch_steps)]
@@ -159,16 +191,20 @@ def main():
     coretype = os.environ.get("OPENBLAS_CORETYPE", "(unset)")
     l2_size = os.environ.get("OPENBLAS_L2_SIZE", "(unset)")
     print(f"torch {torch_version()}; batch {BATCH_SIZE}; {os.cpu_count()} CPUs")
-    print(f"OPENBLAS_CORETYPE={coretype} OPENBLAS_L2_SIZE={l2_size} in this environment; "
-          + ("both removed for PyTorch (--unset-openblas-coretype)"
-             if arguments.unset_openblas_coretype else "PyTorch runs with them as they are"))
+    torch_coretype = torch_environment(1, arguments).get("OPENBLAS_CORETYPE", "(unset)")
+    torch_l2_size = torch_environment(1, arguments).get("OPENBLAS_L2_SIZE", "(unset)")
+    print(f"this environment: OPENBLAS_CORETYPE={coretype} OPENBLAS_L2_SIZE={l2_size}; "
+          f"PyTorch runs with OPENBLAS_CORETYPE={torch_coretype} "
+          f"OPENBLAS_L2_SIZE={torch_l2_size}"
+          + (" (--unset-openblas-coretype)" if arguments.unset_openblas_coretype else "")
+          + (", OPENBLAS_NUM_THREADS=<threads>" if arguments.match_openblas_threads else ""))
     print(f"{arguments.rounds} alternating rounds per thread count; keras-cpp: median of "
           f"{arguments.keras_repetitions} x {arguments.keras_min_time} s; PyTorch: median of "
           f"{arguments.torch_steps} steps after {arguments.torch_warmup} warm-up steps")
 
     rows = []
     for threads in arguments.thread_counts:
-        keras_times, torch_times = [], []
+        keras_times, torch_times, openblas_states = [], [], set()
         for round_index in range(arguments.rounds):
             # Alternating which goes first cancels a slow drift (thermal, a neighbour's load).
             order = ("keras", "torch") if round_index % 2 == 0 else ("torch", "keras")
@@ -181,15 +217,19 @@ def main():
                         sys.exit(f"asked PyTorch for {threads} threads, it uses "
                                  f"{result['threads']}")
                     torch_times.append(result["ms_per_step"])
+                    openblas_states.add((result["openblas_core"], result["openblas_threads"]))
             print(f"  threads {threads} round {round_index + 1}: keras-cpp "
                   f"{keras_times[-1]:.2f} ms, PyTorch {torch_times[-1]:.2f} ms", flush=True)
-        rows.append((threads, statistics.median(keras_times), statistics.median(torch_times)))
+        rows.append((threads, statistics.median(keras_times), statistics.median(torch_times),
+                     ", ".join(f"{core}/{blas_threads}" for core, blas_threads in
+                               sorted(openblas_states, key=str))))
 
     print()
     print(f"{'threads':>7}  {'keras-cpp ms/step':>17}  {'PyTorch ms/step':>15}  "
-          f"{'ratio (ours/PyTorch)':>20}")
-    for threads, keras_ms, torch_ms in rows:
-        print(f"{threads:>7}  {keras_ms:>17.2f}  {torch_ms:>15.2f}  {keras_ms / torch_ms:>20.2f}")
+          f"{'ratio (ours/PyTorch)':>20}  PyTorch's OpenBLAS core/threads")
+    for threads, keras_ms, torch_ms, openblas in rows:
+        print(f"{threads:>7}  {keras_ms:>17.2f}  {torch_ms:>15.2f}  {keras_ms / torch_ms:>20.2f}  "
+              f"{openblas}")
     print("ratio < 1 means keras-cpp is faster")
 
 
