@@ -12,3 +12,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
+# Python's safetensors library, for the test that our weight files are readable from Python.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c "import safetensors, numpy" >/dev/null 2>&1; then
+  python3 -m pip install -q --root-user-action=ignore safetensors numpy ||
+    echo "warning: could not install safetensors/numpy; the interop test will be skipped"
+fi
