@@ -14,3 +14,7 @@
 #include "layers/callbacks.h"
 #include "layers/dense.h"
 #include "layers/model.h"
+#include "distribution/communicator.h"
+#include "distribution/device_mesh.h"
+#include "distribution/distribution.h"
+#include "distribution/runtime.h"

@@ -8,6 +8,9 @@
 #include "engine/errors.h"
 #include "engine/ops.h"
 #include "io/safetensors.h"
+#include "distribution/gradient_reducer.h"
+#include "distribution/runtime.h"
+#include "layers/data_parallel_context.h"
 #include "layers/progress_bar.h"
 
 namespace keras {
@@ -86,27 +89,60 @@ void Model::check_data(const Tensor& x, const Tensor& y, const char* what) const
   }
 }
 
-void Model::synchronize_gradients(std::vector<Tensor>&) {}
-
-Model::StepResult Model::train_step(const Tensor& x, const Tensor& y) {
-  Tensor predictions = (*this)(x, /*training=*/true);
-  Tensor loss = (*loss_)(y, predictions);
+Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double loss_scale,
+                                     bool distributed) {
   std::vector<Tensor> variables = trainable_weights();
   for (Tensor& variable : variables) variable.zero_grad();
-  loss.backward();
+  StepResult result{0.0, Tensor()};
+  Tensor loss;
+  if (x.dim(0) > 0) {  // a process may get no rows of a dataset's last, small batch
+    Tensor predictions = (*this)(x, /*training=*/true);
+    loss = (*loss_)(y, predictions);
+    result = {loss.item(), predictions.detach()};
+  }
+  if (distributed) {
+    if (!gradient_reducer_ || !gradient_reducer_->serves(variables)) {
+      gradient_reducer_ = std::make_shared<distribution::GradientReducer>(
+          distribution::world_pointer(), variables);
+    }
+    if (loss.defined()) {
+      Tensor scaled = loss * loss_scale;
+      // Buckets start their all-reduce while the rest of the backward pass runs.
+      keras::backward({scaled}, {Tensor::ones({}, scaled.dtype())},
+                      [this](const Tensor& leaf) { gradient_reducer_->gradient_ready(leaf); });
+    }
+    gradient_reducer_->finish();
+  } else {
+    loss.backward();
+  }
   std::vector<Tensor> gradients;
   gradients.reserve(variables.size());
   for (const Tensor& variable : variables) gradients.push_back(variable.grad());
-  synchronize_gradients(gradients);
   optimizer_->apply(variables, gradients);
   for (Tensor& variable : variables) variable.zero_grad();
-  return {loss.item(), predictions.detach()};
+  return result;
 }
 
 double Model::train_on_batch(const Tensor& x, const Tensor& y) {
   check_compiled("train_on_batch");
   check_data(x, y, "train_on_batch");
-  return train_step(x, y).loss;
+  DataParallelContext context = DataParallelContext::current("train_on_batch");
+  std::int64_t rows_total = x.dim(0);
+  context.check_same({rows_total}, "train_on_batch");
+  auto [begin, end] = context.local_rows(0, rows_total);
+  std::vector<std::int64_t> order(static_cast<std::size_t>(rows_total));
+  for (std::int64_t i = 0; i < rows_total; ++i) order[i] = i;
+  Tensor x_local, y_local;
+  {
+    NoGradGuard no_grad;
+    x_local = rows(x, order, begin, end);
+    y_local = rows(y, order, begin, end);
+  }
+  double scale = rows_total > 0 ? double(end - begin) / double(rows_total) : 1.0;
+  StepResult result = train_step(x_local, y_local, scale, context.distributed());
+  std::vector<double> totals = {result.loss * double(end - begin), double(end - begin)};
+  context.sum(totals);
+  return totals[1] > 0 ? totals[0] / totals[1] : 0.0;
 }
 
 History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) {
@@ -122,16 +158,26 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
   if (options.validation_data.defined()) {
     check_data(options.validation_data.x, options.validation_data.y, "fit validation_data");
   }
+  DataParallelContext context = DataParallelContext::current("fit");
   std::int64_t samples = x.dim(0);
+  context.check_same({samples, options.batch_size, options.epochs, options.shuffle ? 1 : 0,
+                      options.validation_data.defined() ? options.validation_data.x.dim(0) : -1},
+                     "fit");
+  if (options.batch_size % context.shards() != 0) {
+    throw ValueError(str("fit: batch_size is the global batch and must be divisible by the ",
+                         context.shards(), " data-parallel processes; got batch_size=",
+                         options.batch_size));
+  }
   std::int64_t batch_size = std::min(options.batch_size, std::max<std::int64_t>(samples, 1));
   std::int64_t steps = (samples + batch_size - 1) / batch_size;
+  int verbose = context.prints() ? options.verbose : 0;
   std::mt19937_64 shuffle_engine(next_random_seed());
   History history;
   stop_training = false;
   for (const CallbackPtr& callback : options.callbacks) callback->on_train_begin(*this);
   for (int epoch = 0; epoch < options.epochs && !stop_training; ++epoch) {
     for (const CallbackPtr& callback : options.callbacks) callback->on_epoch_begin(*this, epoch);
-    if (options.verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
+    if (verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
     std::vector<std::int64_t> order = permutation(samples, options.shuffle, shuffle_engine);
     std::vector<metrics::MetricPtr> epoch_metrics;
     for (const std::string& name : metric_names_) {
@@ -141,26 +187,40 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
     ProgressBar bar(steps);
     Logs logs;
     for (std::int64_t step = 0; step < steps; ++step) {
-      std::int64_t begin = step * batch_size;
-      std::int64_t end = std::min(samples, begin + batch_size);
+      std::int64_t global_begin = step * batch_size;
+      std::int64_t global_end = std::min(samples, global_begin + batch_size);
+      auto [begin, end] = context.local_rows(global_begin, global_end);
       Tensor x_batch, y_batch;
       {
         NoGradGuard no_grad;
         x_batch = rows(x, order, begin, end);
         y_batch = rows(y, order, begin, end);
       }
-      StepResult result = train_step(x_batch, y_batch);
+      double scale = double(end - begin) / double(global_end - global_begin);
+      StepResult result = train_step(x_batch, y_batch, scale, context.distributed());
       auto count = static_cast<double>(end - begin);
       loss_sum += result.loss * count;
       seen += count;
-      for (const auto& metric : epoch_metrics) metric->update(y_batch, result.predictions);
+      if (count > 0) {
+        for (const auto& metric : epoch_metrics) metric->update(y_batch, result.predictions);
+      }
+      // Logs are means over the global batch: sum (value, count) pairs across processes.
+      std::vector<double> totals = {loss_sum, seen};
+      for (const auto& metric : epoch_metrics) {
+        totals.push_back(metric->sum());
+        totals.push_back(metric->count());
+      }
+      context.sum(totals);
       logs.clear();
-      logs["loss"] = loss_sum / seen;
-      for (const auto& metric : epoch_metrics) logs[metric->name()] = metric->result();
+      logs["loss"] = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
+      for (std::size_t m = 0; m < epoch_metrics.size(); ++m) {
+        double metric_count = totals[3 + 2 * m];
+        logs[epoch_metrics[m]->name()] = metric_count > 0 ? totals[2 + 2 * m] / metric_count : 0.0;
+      }
       for (const CallbackPtr& callback : options.callbacks) {
         callback->on_train_batch_end(*this, step, logs);
       }
-      if (options.verbose == 1 && step + 1 < steps) bar.update(step + 1, logs, false);
+      if (verbose == 1 && step + 1 < steps) bar.update(step + 1, logs, false);
     }
     if (options.validation_data.defined()) {
       std::int64_t validation_batch =
@@ -169,7 +229,7 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
                                        validation_batch, 0);
       for (const auto& [name, value] : validation) logs["val_" + name] = value;
     }
-    if (options.verbose > 0) bar.update(steps, logs, true);
+    if (verbose > 0) bar.update(steps, logs, true);
     history.epoch.push_back(epoch);
     for (const auto& [name, value] : logs) history.history[name].push_back(value);
     for (const CallbackPtr& callback : options.callbacks) {
@@ -186,7 +246,10 @@ std::map<std::string, double> Model::run_evaluation(const Tensor& x, const Tenso
     throw ValueError(str("evaluate: batch_size must be a positive integer, got ", batch_size));
   }
   NoGradGuard no_grad;
+  DataParallelContext context = DataParallelContext::current("evaluate");
   std::int64_t samples = x.dim(0);
+  context.check_same({samples, batch_size}, "evaluate");
+  if (!context.prints()) verbose = 0;
   std::int64_t steps = (samples + batch_size - 1) / batch_size;
   std::vector<metrics::MetricPtr> batch_metrics;
   for (const std::string& name : metric_names_) {
@@ -198,17 +261,28 @@ std::map<std::string, double> Model::run_evaluation(const Tensor& x, const Tenso
   ProgressBar bar(steps);
   std::map<std::string, double> results;
   for (std::int64_t step = 0; step < steps; ++step) {
-    std::int64_t begin = step * batch_size;
-    std::int64_t end = std::min(samples, begin + batch_size);
-    Tensor x_batch = rows(x, order, begin, end);
-    Tensor y_batch = rows(y, order, begin, end);
-    Tensor predictions = (*this)(x_batch, /*training=*/false);
+    std::int64_t global_begin = step * batch_size;
+    auto [begin, end] = context.local_rows(global_begin, std::min(samples, global_begin + batch_size));
     auto count = static_cast<double>(end - begin);
-    loss_sum += (*loss_)(y_batch, predictions).item() * count;
-    seen += count;
-    for (const auto& metric : batch_metrics) metric->update(y_batch, predictions);
-    results["loss"] = loss_sum / seen;
-    for (const auto& metric : batch_metrics) results[metric->name()] = metric->result();
+    if (count > 0) {
+      Tensor x_batch = rows(x, order, begin, end);
+      Tensor y_batch = rows(y, order, begin, end);
+      Tensor predictions = (*this)(x_batch, /*training=*/false);
+      loss_sum += (*loss_)(y_batch, predictions).item() * count;
+      seen += count;
+      for (const auto& metric : batch_metrics) metric->update(y_batch, predictions);
+    }
+    std::vector<double> totals = {loss_sum, seen};
+    for (const auto& metric : batch_metrics) {
+      totals.push_back(metric->sum());
+      totals.push_back(metric->count());
+    }
+    context.sum(totals);
+    results["loss"] = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
+    for (std::size_t m = 0; m < batch_metrics.size(); ++m) {
+      double metric_count = totals[3 + 2 * m];
+      results[batch_metrics[m]->name()] = metric_count > 0 ? totals[2 + 2 * m] / metric_count : 0.0;
+    }
     if (verbose == 1) bar.update(step + 1, results, step + 1 == steps);
   }
   if (verbose == 2) bar.update(steps, results, true);

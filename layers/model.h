@@ -15,6 +15,10 @@
 #include "layers/layer.h"
 #include "layers/metrics.h"
 
+namespace keras::distribution {
+class GradientReducer;
+}
+
 namespace keras {
 
 // A loss given by Keras name or as an object.
@@ -89,19 +93,20 @@ class Model : public Layer {
   void check_compiled(const char* what) const;
   void check_data(const Tensor& x, const Tensor& y, const char* what) const;
   struct StepResult {
-    double loss;
+    double loss;  // mean over this process's rows
     Tensor predictions;
   };
-  StepResult train_step(const Tensor& x, const Tensor& y);
-  // The seam for data parallelism: make every process's gradients equal (sum/mean across
-  // processes). With one process there is nothing to do; the distribution module plugs in here.
-  void synchronize_gradients(std::vector<Tensor>& gradients);
+  // One optimisation step on this process's rows of a global batch; `loss_scale` is
+  // local_rows / global_rows under data parallelism (1 otherwise), see
+  // layers/data_parallel_context.h.
+  StepResult train_step(const Tensor& x, const Tensor& y, double loss_scale, bool distributed);
   std::map<std::string, double> run_evaluation(const Tensor& x, const Tensor& y,
                                                std::int64_t batch_size, int verbose);
 
   std::shared_ptr<optimizers::Optimizer> optimizer_;
   losses::LossPtr loss_;
   std::vector<std::string> metric_names_;
+  std::shared_ptr<distribution::GradientReducer> gradient_reducer_;
 };
 
 class Sequential : public Model {

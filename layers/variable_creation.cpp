@@ -1,6 +1,8 @@
 // Variable creation (see the header for the seam this is).
 #include "layers/variable_creation.h"
 
+#include "distribution/distribution.h"
+#include "distribution/runtime.h"
 #include "engine/errors.h"
 
 namespace keras {
@@ -13,6 +15,19 @@ Tensor create_variable(const std::string& path, const Shape& shape, DType dtype,
                          dtype_name(dtype)));
   }
   NoGradGuard no_grad;
+  if (auto active = distribution::distribution()) {
+    distribution::TensorLayoutPtr layout = active->get_variable_layout({path, shape, nullptr});
+    if (layout) {
+      layout->check_fits(shape, str("variable '", path, "'"));
+      if (!layout->is_replicated() && distribution::num_processes() > 1) {
+        throw NotImplementedError(str("variable '", path, "' is sharded by ", layout->to_string(),
+                                      "; sharded variables and the layers that use them come "
+                                      "with the model-parallel issue"));
+      }
+    }
+  }
+  // Replicated: every process initialises the full value from the same seed (initialize()
+  // made the processes agree on it), so the replicas start equal without communication.
   return initializer(shape, dtype).clone();
 }
 

@@ -3,7 +3,7 @@
 # The CUDA toolkit is optional: when nvcc is on PATH the GPU runtime is built too.
 set -euo pipefail
 packages=(cmake g++ make libeigen3-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev
-          libgtest-dev libbenchmark-dev dataset-fashion-mnist)
+          libgtest-dev libbenchmark-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin)
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

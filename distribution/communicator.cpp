@@ -1,0 +1,98 @@
+// Tensor conveniences shared by all communicators, and the size-1 local group.
+#include "distribution/communicator.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace keras::distribution {
+
+const char* reduce_operation_name(ReduceOperation operation) {
+  switch (operation) {
+    case ReduceOperation::sum: return "sum";
+    case ReduceOperation::mean: return "mean";
+    case ReduceOperation::max: return "max";
+    case ReduceOperation::min: return "min";
+  }
+  return "unknown";
+}
+
+std::chrono::milliseconds Communicator::default_timeout() {
+  if (const char* text = std::getenv("KERAS_COLLECTIVE_TIMEOUT_SECONDS")) {
+    char* end = nullptr;
+    double seconds = std::strtod(text, &end);
+    if (end == text || *end != '\0' || !(seconds > 0)) {
+      throw ValueError(str("KERAS_COLLECTIVE_TIMEOUT_SECONDS='", text,
+                           "' is not valid; expected a positive number of seconds"));
+    }
+    return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+  }
+  return std::chrono::seconds(300);
+}
+
+namespace {
+void check_cpu(const Tensor& tensor, const char* what) {
+  if (!tensor.defined()) throw ValueError(str(what, ": the tensor is undefined"));
+  if (!tensor.device().is_cpu()) {
+    throw NotImplementedError(str(what, ": tensors on ", tensor.device().to_string(),
+                                  " need the NCCL communicator (GPU issue); this one is for CPU"));
+  }
+}
+}  // namespace
+
+void Communicator::all_reduce(Tensor& tensor, ReduceOperation operation) {
+  check_cpu(tensor, "all_reduce");
+  all_reduce(tensor.raw_data(), tensor.size(), tensor.dtype(), operation);
+}
+
+Tensor Communicator::all_gather(const Tensor& tensor) {
+  check_cpu(tensor, "all_gather");
+  Shape shape = tensor.shape();
+  shape.insert(shape.begin(), size());
+  Tensor out = Tensor::empty(shape, tensor.dtype());
+  all_gather(tensor.raw_data(), out.raw_data(), tensor.size(), tensor.dtype());
+  return out;
+}
+
+Tensor Communicator::reduce_scatter(const Tensor& tensor, ReduceOperation operation) {
+  check_cpu(tensor, "reduce_scatter");
+  if (tensor.rank() == 0 || tensor.dim(0) % size() != 0) {
+    throw ShapeError(str("reduce_scatter over ", name(), " (", size(),
+                         " processes) needs a leading dimension divisible by ", size(),
+                         ", got shape ", shape_to_string(tensor.shape())));
+  }
+  Shape shape = tensor.shape();
+  shape[0] /= size();
+  Tensor out = Tensor::empty(shape, tensor.dtype());
+  reduce_scatter(tensor.raw_data(), out.raw_data(), out.size(), tensor.dtype(), operation);
+  return out;
+}
+
+void Communicator::broadcast(Tensor& tensor, int root) {
+  check_cpu(tensor, "broadcast");
+  broadcast(tensor.raw_data(), tensor.size(), tensor.dtype(), root);
+}
+
+LocalCommunicator::LocalCommunicator(std::string name) : name_(std::move(name)) {}
+
+void LocalCommunicator::all_gather(const void* send, void* receive, std::int64_t count,
+                                   DType dtype) {
+  if (send != receive) std::memcpy(receive, send, static_cast<std::size_t>(count) * dtype_size(dtype));
+}
+
+void LocalCommunicator::reduce_scatter(const void* send, void* receive, std::int64_t count,
+                                       DType dtype, ReduceOperation) {
+  if (send != receive) std::memcpy(receive, send, static_cast<std::size_t>(count) * dtype_size(dtype));
+}
+
+void LocalCommunicator::broadcast(void*, std::int64_t, DType, int root) {
+  if (root != 0) {
+    throw ValueError(str("broadcast over ", name_, ": root ", root,
+                         " is not a rank of this 1-process group"));
+  }
+}
+
+std::shared_ptr<Communicator> LocalCommunicator::split(int, int, const std::string& name) {
+  return std::make_shared<LocalCommunicator>(name);
+}
+
+}  // namespace keras::distribution

@@ -1,0 +1,86 @@
+// Communicator: collectives over a group of processes, the only way distribution code moves data
+// between processes. Backends: a size-1 local group (every collective is a no-op or a copy, so
+// single-process code has no special branches), MPI for CPU processes (distribution/mpi/); the
+// NCCL backend for GPUs takes its place with the GPU issue. Every rank must issue the same
+// collectives in the same order. A collective that does not complete within the group's
+// timeout throws CollectiveError naming the operation and the group, instead of hanging.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/errors.h"
+#include "engine/tensor.h"
+
+namespace keras::distribution {
+
+enum class ReduceOperation { sum, mean, max, min };
+const char* reduce_operation_name(ReduceOperation operation);
+
+// A collective failed, disagreed across ranks or timed out.
+class CollectiveError : public Error {
+ public:
+  using Error::Error;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  // "world", or "mesh axis 'model' (group 1 of 2)" — used in error messages.
+  virtual const std::string& name() const = 0;
+
+  // In place on a contiguous float32/float64/int32/int64 buffer of `count` elements.
+  virtual void all_reduce(void* data, std::int64_t count, DType dtype,
+                          ReduceOperation operation) = 0;
+  // receive[r * count …] = rank r's send[0 … count); receive holds size()*count elements.
+  virtual void all_gather(const void* send, void* receive, std::int64_t count, DType dtype) = 0;
+  // Reduces size()*count elements across ranks and leaves block rank() (count elements) here.
+  virtual void reduce_scatter(const void* send, void* receive, std::int64_t count, DType dtype,
+                              ReduceOperation operation) = 0;
+  virtual void broadcast(void* data, std::int64_t count, DType dtype, int root) = 0;
+  virtual void barrier() = 0;
+  // Processes with the same color form a new group, ordered by key (MPI_Comm_split).
+  virtual std::shared_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
+
+  // Tensor conveniences (CPU tensors; contiguous by construction).
+  void all_reduce(Tensor& tensor, ReduceOperation operation = ReduceOperation::sum);
+  Tensor all_gather(const Tensor& tensor);  // concatenated along a new leading axis
+  Tensor reduce_scatter(const Tensor& tensor, ReduceOperation operation = ReduceOperation::sum);
+  void broadcast(Tensor& tensor, int root = 0);
+
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+
+ protected:
+  // KERAS_COLLECTIVE_TIMEOUT_SECONDS, default 300 s (MLX's NCCL default; PyTorch uses 10 min).
+  static std::chrono::milliseconds default_timeout();
+  std::chrono::milliseconds timeout_ = default_timeout();
+};
+
+// The group of one process.
+class LocalCommunicator : public Communicator {
+ public:
+  explicit LocalCommunicator(std::string name = "local");
+  int size() const override { return 1; }
+  int rank() const override { return 0; }
+  const std::string& name() const override { return name_; }
+  void all_reduce(void*, std::int64_t, DType, ReduceOperation) override {}
+  void all_gather(const void* send, void* receive, std::int64_t count, DType dtype) override;
+  void reduce_scatter(const void* send, void* receive, std::int64_t count, DType dtype,
+                      ReduceOperation) override;
+  void broadcast(void*, std::int64_t, DType, int root) override;
+  void barrier() override {}
+  std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
+  using Communicator::all_gather;
+  using Communicator::all_reduce;
+  using Communicator::broadcast;
+  using Communicator::reduce_scatter;
+
+ private:
+  std::string name_;
+};
+
+}  // namespace keras::distribution

@@ -1,0 +1,183 @@
+// Distribution, DataParallel, ModelParallel, the global distribution and distribute_tensor.
+#include "distribution/distribution.h"
+
+#include <cstdio>
+#include <mutex>
+
+#include "distribution/runtime.h"
+#include "engine/ops.h"
+
+namespace keras::distribution {
+namespace {
+
+std::mutex global_mutex;
+std::shared_ptr<Distribution> global_distribution;
+
+DeviceMeshPtr check_mesh(DeviceMeshPtr mesh, const char* what) {
+  if (!mesh) throw ValueError(str(what, ": the device mesh is null"));
+  return mesh;
+}
+
+TensorLayoutPtr replicated(const Shape& shape, const DeviceMeshPtr& mesh) {
+  return std::make_shared<TensorLayout>(std::vector<TensorLayout::Axis>(shape.size()), mesh);
+}
+
+}  // namespace
+
+Distribution::Distribution(DeviceMeshPtr device_mesh, std::string batch_dim_name,
+                           bool auto_shard_dataset)
+    : device_mesh_(check_mesh(std::move(device_mesh), "Distribution")),
+      batch_dim_name_(batch_dim_name.empty() ? device_mesh_->axis_names()[0]
+                                             : std::move(batch_dim_name)),
+      auto_shard_dataset_(auto_shard_dataset), num_processes_(distribution::num_processes()),
+      process_id_(distribution::process_id()) {
+  device_mesh_->axis_index(batch_dim_name_);  // the batch axis must be a mesh axis
+  note_distribution_created();
+}
+
+std::int64_t Distribution::num_model_replicas() const {
+  throw NotImplementedError(str(class_name(), " does not define num_model_replicas(); ",
+                                "subclasses must"));
+}
+
+std::int64_t Distribution::num_data_shards() const {
+  return std::min<std::int64_t>(num_model_replicas(), num_processes_);
+}
+
+std::int64_t data_shard_id_for(std::int64_t replicas, int processes, int process_id) {
+  if (replicas >= processes) return process_id;
+  // Several processes hold one replica: contiguous groups read the same shard (Keras >= 3.15).
+  return process_id / (processes / replicas);
+}
+
+std::int64_t Distribution::data_shard_id() const {
+  return data_shard_id_for(num_model_replicas(), num_processes_, process_id_);
+}
+
+TensorLayoutPtr Distribution::get_data_layout(const Shape& data_shape) const {
+  if (data_shape.empty()) {
+    throw ValueError(str(class_name(), ": data needs a batch dimension, got a scalar"));
+  }
+  std::vector<TensorLayout::Axis> axes(data_shape.size());
+  axes[0] = batch_dim_name_;
+  return std::make_shared<TensorLayout>(axes, device_mesh_);
+}
+
+TensorLayoutPtr Distribution::get_variable_layout(const VariableInfo& variable) const {
+  if (variable.layout) return variable.layout;
+  return replicated(variable.shape, device_mesh_);
+}
+
+TensorLayoutPtr Distribution::get_tensor_layout(const std::string&) const { return nullptr; }
+
+std::string Distribution::to_string() const {
+  return str("<", class_name(), " device_mesh=", device_mesh_->to_string(), ">");
+}
+
+Distribution::ScopeGuard Distribution::scope() {
+  std::shared_ptr<Distribution> previous = distribution();
+  set_distribution(shared_from_this());
+  return ScopeGuard(std::move(previous));
+}
+
+Distribution::ScopeGuard::~ScopeGuard() { set_distribution(previous_); }
+
+namespace {
+DeviceMeshPtr mesh_of_devices(const std::vector<std::string>& devices) {
+  if (devices.empty()) {
+    return std::make_shared<DeviceMesh>(std::vector<std::int64_t>{get_device_count()},
+                                        std::vector<std::string>{kDefaultBatchDimName});
+  }
+  return std::make_shared<DeviceMesh>(std::vector<std::int64_t>{std::int64_t(devices.size())},
+                                      std::vector<std::string>{kDefaultBatchDimName}, devices);
+}
+}  // namespace
+
+DataParallel::DataParallel() : DataParallel(std::vector<std::string>{}) {}
+
+DataParallel::DataParallel(const DeviceMesh& device_mesh, bool auto_shard_dataset)
+    : DataParallel(std::make_shared<DeviceMesh>(device_mesh), auto_shard_dataset) {}
+
+DataParallel::DataParallel(DeviceMeshPtr device_mesh, bool auto_shard_dataset)
+    : Distribution(check_mesh(std::move(device_mesh), "DataParallel"), "", auto_shard_dataset) {
+  if (this->device_mesh()->shape().size() != 1) {
+    std::fprintf(stderr,
+                 "warning: DataParallel expects a 1-D mesh, got %s; every device is used as a "
+                 "data-parallel replica and the first axis ('%s') names the batch axis\n",
+                 this->device_mesh()->to_string().c_str(), batch_dim_name().c_str());
+  }
+}
+
+DataParallel::DataParallel(const std::vector<std::string>& devices, bool auto_shard_dataset)
+    : Distribution(mesh_of_devices(devices), kDefaultBatchDimName, auto_shard_dataset) {}
+
+std::int64_t DataParallel::num_model_replicas() const { return device_mesh()->size(); }
+
+TensorLayoutPtr DataParallel::get_variable_layout(const VariableInfo& variable) const {
+  if (variable.layout) return variable.layout;
+  return replicated(variable.shape, device_mesh());
+}
+
+TensorLayoutPtr DataParallel::get_tensor_layout(const std::string&) const { return nullptr; }
+
+namespace {
+std::shared_ptr<LayoutMap> check_layout_map(std::shared_ptr<LayoutMap> layout_map) {
+  if (!layout_map) throw ValueError("ModelParallel: you must give a layout_map");
+  if (!layout_map->device_mesh()) {
+    throw ValueError("ModelParallel: the layout_map has no device mesh; construct it as "
+                     "LayoutMap(mesh)");
+  }
+  return layout_map;
+}
+}  // namespace
+
+ModelParallel::ModelParallel(const LayoutMap& layout_map, std::string batch_dim_name,
+                             bool auto_shard_dataset)
+    : ModelParallel(std::make_shared<LayoutMap>(layout_map), std::move(batch_dim_name),
+                    auto_shard_dataset) {}
+
+ModelParallel::ModelParallel(std::shared_ptr<LayoutMap> layout_map, std::string batch_dim_name,
+                             bool auto_shard_dataset)
+    : Distribution(check_layout_map(layout_map)->device_mesh(), std::move(batch_dim_name),
+                   auto_shard_dataset),
+      layout_map_(std::move(layout_map)) {
+  std::int64_t replicas = num_model_replicas();
+  if (num_processes() > replicas && num_processes() % replicas != 0) {
+    throw ValueError(str("ModelParallel: with more processes than model replicas, num_processes ",
+                         "must be divisible by num_model_replicas; got num_processes=",
+                         num_processes(), ", num_model_replicas=", replicas));
+  }
+}
+
+std::int64_t ModelParallel::num_model_replicas() const {
+  return device_mesh()->axis_size(batch_dim_name());
+}
+
+TensorLayoutPtr ModelParallel::get_variable_layout(const VariableInfo& variable) const {
+  if (variable.layout) return variable.layout;
+  if (TensorLayoutPtr layout = layout_map_->get(variable.path)) return layout;
+  return std::make_shared<TensorLayout>(std::vector<TensorLayout::Axis>(variable.shape.size()),
+                                        device_mesh());
+}
+
+TensorLayoutPtr ModelParallel::get_tensor_layout(const std::string& path) const {
+  return layout_map_->get(path);
+}
+
+void set_distribution(std::shared_ptr<Distribution> value) {
+  std::lock_guard lock(global_mutex);
+  global_distribution = std::move(value);
+}
+
+std::shared_ptr<Distribution> distribution() {
+  std::lock_guard lock(global_mutex);
+  return global_distribution;
+}
+
+Tensor distribute_tensor(const Tensor& tensor, const TensorLayoutPtr& layout) {
+  if (!layout || layout->is_replicated()) return tensor;
+  auto [starts, sizes] = layout->shard_of(tensor.shape(), process_id());
+  return ops::slice(tensor, starts, sizes);
+}
+
+}  // namespace keras::distribution

@@ -1,0 +1,143 @@
+// Bucketed gradient all-reduce.
+#include "distribution/gradient_reducer.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "distribution/mpi/mpi_communicator.h"
+
+namespace keras::distribution {
+
+GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
+                                 std::vector<Tensor> variables, BucketOptions options)
+    : group_(std::move(group)), variables_(std::move(variables)) {
+  if (!group_) throw ValueError("GradientReducer: the process group is null");
+  mpi_ = dynamic_cast<MpiCommunicator*>(group_.get());
+  bucket_of_.resize(variables_.size());
+  received_.assign(variables_.size(), false);
+  std::size_t cap = options.first_bucket_bytes;
+  for (std::size_t position = variables_.size(); position-- > 0;) {
+    const Tensor& variable = variables_[position];
+    index_of_[variable.impl()] = position;
+    std::size_t bytes = variable.nbytes();
+    bool new_bucket = buckets_.empty() || buckets_.back().buffer.dtype() != variable.dtype();
+    if (!new_bucket) {
+      const Bucket& last = buckets_.back();
+      std::size_t used = static_cast<std::size_t>(last.buffer.size()) * dtype_size(last.buffer.dtype());
+      new_bucket = used > 0 && used + bytes > cap;
+    }
+    if (new_bucket) {
+      if (!buckets_.empty()) cap = options.bucket_cap_bytes;
+      Bucket bucket;
+      bucket.buffer = Tensor::empty({0}, variable.dtype());
+      buckets_.push_back(std::move(bucket));
+    }
+    Bucket& bucket = buckets_.back();
+    bucket.offsets.push_back(bucket.buffer.size());
+    bucket.members.push_back(position);
+    bucket.buffer = Tensor::empty({bucket.buffer.size() + variable.size()}, variable.dtype());
+    bucket_of_[position] = buckets_.size() - 1;
+  }
+  // The same model on every rank gives the same buckets; check it once with a verified
+  // collective, so a mismatch is an error now rather than a hang or garbage later.
+  std::int64_t layout[2] = {static_cast<std::int64_t>(buckets_.size()), 0};
+  for (const Bucket& bucket : buckets_) layout[1] += bucket.buffer.size();
+  std::int64_t low[2] = {layout[0], layout[1]}, high[2] = {layout[0], layout[1]};
+  group_->all_reduce(low, 2, DType::int64, ReduceOperation::min);
+  group_->all_reduce(high, 2, DType::int64, ReduceOperation::max);
+  if (low[0] != high[0] || low[1] != high[1]) {
+    throw CollectiveError(str("data-parallel gradients differ across processes: this process has ",
+                              layout[1], " gradient elements in ", layout[0], " buckets, others "
+                              "have between ", low[1], " and ", high[1],
+                              "; every process must build the same model"));
+  }
+}
+
+GradientReducer::~GradientReducer() {
+  for (Bucket& bucket : buckets_) delete static_cast<MPI_Request*>(bucket.request);
+}
+
+bool GradientReducer::serves(const std::vector<Tensor>& variables) const {
+  if (variables.size() != variables_.size()) return false;
+  for (std::size_t i = 0; i < variables.size(); ++i) {
+    if (!variables[i].same_as(variables_[i])) return false;
+  }
+  return true;
+}
+
+void GradientReducer::start(Bucket& bucket) {
+  bucket.started = true;
+  if (mpi_ != nullptr) {
+    auto* request = static_cast<MPI_Request*>(bucket.request);
+    if (request == nullptr) {
+      request = new MPI_Request;
+      bucket.request = request;
+    }
+    *request = mpi_->start_all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(),
+                                      bucket.buffer.dtype());
+  } else {
+    group_->all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(), bucket.buffer.dtype(),
+                       ReduceOperation::sum);
+  }
+}
+
+void GradientReducer::start_ready_buckets() {
+  while (next_to_start_ < buckets_.size()) {
+    Bucket& bucket = buckets_[next_to_start_];
+    if (bucket.ready < bucket.members.size()) break;
+    start(bucket);
+    ++next_to_start_;
+  }
+}
+
+void GradientReducer::gradient_ready(const Tensor& variable) {
+  auto found = index_of_.find(variable.impl());
+  if (found == index_of_.end()) return;  // not one of ours (e.g. not trainable)
+  std::size_t position = found->second;
+  if (received_[position]) return;
+  received_[position] = true;
+  Bucket& bucket = buckets_[bucket_of_[position]];
+  std::size_t member = 0;
+  while (bucket.members[member] != position) ++member;
+  Tensor gradient = variable.grad();
+  std::memcpy(static_cast<char*>(bucket.buffer.raw_data()) +
+                  bucket.offsets[member] * dtype_size(bucket.buffer.dtype()),
+              gradient.raw_data(), gradient.nbytes());
+  bucket.ready += 1;
+  start_ready_buckets();
+}
+
+void GradientReducer::finish() {
+  // Variables without a gradient this step contribute zeros, so every rank still joins.
+  for (std::size_t position = 0; position < variables_.size(); ++position) {
+    if (received_[position]) continue;
+    Tensor& variable = variables_[position];
+    variable.set_grad(Tensor::zeros(variable.shape(), variable.dtype()));
+    gradient_ready(variable);
+  }
+  start_ready_buckets();
+  auto begin = std::chrono::steady_clock::now();
+  for (Bucket& bucket : buckets_) {
+    if (mpi_ != nullptr) mpi_->wait(*static_cast<MPI_Request*>(bucket.request), "all_reduce (gradient bucket)");
+  }
+  last_wait_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  for (Bucket& bucket : buckets_) {
+    for (std::size_t member = 0; member < bucket.members.size(); ++member) {
+      Tensor& variable = variables_[bucket.members[member]];
+      // A fresh tensor: backward may hand the same gradient tensor to several variables
+      // (a + b gives both the same one), so writing into grad() in place could alias.
+      Tensor gradient = Tensor::empty(variable.shape(), variable.dtype());
+      variable.set_grad(gradient);
+      std::memcpy(gradient.raw_data(),
+                  static_cast<const char*>(bucket.buffer.raw_data()) +
+                      bucket.offsets[member] * dtype_size(bucket.buffer.dtype()),
+                  gradient.nbytes());
+    }
+    bucket.ready = 0;
+    bucket.started = false;
+  }
+  received_.assign(variables_.size(), false);
+  next_to_start_ = 0;
+}
+
+}  // namespace keras::distribution

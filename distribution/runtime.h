@@ -1,0 +1,43 @@
+// Process setup of the distribution module: initialize() (MPI under mpirun, one process
+// otherwise), the global device list (one device per process), and the world communicator.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distribution/communicator.h"
+
+namespace keras::distribution {
+
+// Sets up the processes. Each missing argument is read from KERAS_DISTRIBUTION_JOB_ADDRESSES,
+// KERAS_DISTRIBUTION_NUM_PROCESSES and KERAS_DISTRIBUTION_PROCESS_ID; explicit arguments win.
+// Under mpirun, rank and size come from MPI and given values must agree with them. Without
+// mpirun only one process is possible. All processes agree on one random seed. Call it once,
+// before creating any Distribution or model.
+void initialize(std::optional<std::string> job_addresses = std::nullopt,
+                std::optional<int> num_processes = std::nullopt,
+                std::optional<int> process_id = std::nullopt);
+bool is_initialized();
+
+// Parsed and checked "host:port,host:port" (exposed for tests).
+std::vector<std::string> parse_job_addresses(const std::string& addresses,
+                                             std::optional<int> num_processes);
+
+// Global devices, one per process: "cpu:0", "cpu:1", … or "gpu:…". Default type: gpu where a
+// GPU is present, else cpu. Unknown types are a ValueError.
+std::vector<std::string> list_devices(std::optional<std::string> device_type = std::nullopt);
+int get_device_count(std::optional<std::string> device_type = std::nullopt);
+
+int num_processes();
+int process_id();
+// The group of all processes (a LocalCommunicator before initialize or with one process).
+Communicator& world();
+std::shared_ptr<Communicator> world_pointer();
+
+// Called by Distribution's constructor: initialize() refuses to run after this.
+void note_distribution_created();
+// Ends MPI (also done automatically at exit).
+void finalize();
+
+}  // namespace keras::distribution

@@ -1,0 +1,59 @@
+// Data-parallel bookkeeping for the trainer.
+#include "layers/data_parallel_context.h"
+
+#include "distribution/runtime.h"
+
+namespace keras {
+
+DataParallelContext DataParallelContext::current(const char* what) {
+  DataParallelContext context;
+  context.group_ = distribution::world_pointer();
+  context.process_id_ = context.group_->rank();
+  std::shared_ptr<distribution::Distribution> active = distribution::distribution();
+  if (!active || distribution::num_processes() == 1) return context;
+  if (active->num_model_replicas() != active->num_processes()) {
+    throw NotImplementedError(
+        str(what, ": ", active->class_name(), " with ", active->num_model_replicas(),
+            " model replicas over ", active->num_processes(), " processes needs model-parallel "
+            "layers, which come with the model-parallel issue; today the trainer runs one model "
+            "replica per process (DataParallel)"));
+  }
+  context.shards_ = active->num_data_shards();
+  context.shard_id_ = active->data_shard_id();
+  return context;
+}
+
+std::pair<std::int64_t, std::int64_t> DataParallelContext::local_rows(std::int64_t begin,
+                                                                      std::int64_t end) const {
+  std::int64_t count = end - begin;
+  return {begin + count * shard_id_ / shards_, begin + count * (shard_id_ + 1) / shards_};
+}
+
+void DataParallelContext::sum(std::vector<double>& values) const {
+  if (!distributed() || values.empty()) return;
+  group_->all_reduce(values.data(), static_cast<std::int64_t>(values.size()), DType::float64,
+                     distribution::ReduceOperation::sum);
+}
+
+void DataParallelContext::check_same(const std::vector<std::int64_t>& values,
+                                     const char* what) const {
+  if (!distributed()) return;
+  std::vector<std::int64_t> low = values, high = values;
+  auto count = static_cast<std::int64_t>(values.size());
+  group_->all_reduce(low.data(), count, DType::int64, distribution::ReduceOperation::min);
+  group_->all_reduce(high.data(), count, DType::int64, distribution::ReduceOperation::max);
+  if (low != high) {
+    std::string mine, range;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      mine += (i ? ", " : "") + std::to_string(values[i]);
+      range += (i ? ", " : "") + std::string("[") + std::to_string(low[i]) + ", " +
+               std::to_string(high[i]) + "]";
+    }
+    throw ValueError(str(what, ": the processes were given different arguments; process ",
+                         process_id_, " has (", mine, ") but across processes they range over (",
+                         range, "). Every process must call it with the same data sizes and "
+                         "options"));
+  }
+}
+
+}  // namespace keras

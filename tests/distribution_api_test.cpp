@@ -1,0 +1,205 @@
+// The keras.distribution API in one process: the behaviours listed in section 12 of
+// shared/reference/keras_distribution_spec.md, with our own error texts, plus the checks Keras
+// lacks (a mesh axis used twice, layout rank, divisibility).
+#include "tests/test_helpers.h"
+
+namespace keras::distribution {
+namespace {
+
+using keras::testing::expect_throw_with;
+using Axes = std::vector<TensorLayout::Axis>;
+
+std::vector<std::string> cpu_devices(int count) {
+  std::vector<std::string> devices;
+  for (int i = 0; i < count; ++i) devices.push_back("cpu:" + std::to_string(i));
+  return devices;
+}
+
+TEST(DeviceMesh, KeepsShapeNamesAndRowMajorDevices) {
+  DeviceMesh mesh({4, 2}, {"batch", "model"}, cpu_devices(8));
+  EXPECT_EQ(mesh.shape(), (std::vector<std::int64_t>{4, 2}));
+  EXPECT_EQ(mesh.axis_names(), (std::vector<std::string>{"batch", "model"}));
+  EXPECT_EQ(mesh.coordinates(5), (std::vector<std::int64_t>{2, 1}));
+  EXPECT_EQ(mesh.axis_size("model"), 2);
+  EXPECT_EQ(mesh.to_string(), "<DeviceMesh shape=(4, 2), axis_names=['batch', 'model']>");
+}
+
+TEST(DeviceMesh, RejectsInvalidArguments) {
+  expect_throw_with<ValueError>([] { DeviceMesh({4}, {}, cpu_devices(4)); }, "cannot be empty");
+  expect_throw_with<ValueError>([] { DeviceMesh({4, 2}, {"batch"}, cpu_devices(8)); }, "same length");
+  expect_throw_with<ValueError>([] { DeviceMesh({4, 2}, {"batch", "model"}, cpu_devices(4)); },
+                                "needs 8 devices, but 4 were given");
+  expect_throw_with<ValueError>([] { DeviceMesh({2, 2}, {"x", "x"}, cpu_devices(4)); }, "distinct");
+  expect_throw_with<ValueError>([] { DeviceMesh({0}, {"x"}, cpu_devices(0)); }, "positive");
+  DeviceMesh one_process({1}, {"batch"});  // defaults to list_devices()
+  EXPECT_EQ(one_process.devices(), (std::vector<std::string>{"cpu:0"}));
+}
+
+TEST(TensorLayout, ValidatesAxesEagerlyAndOnLateMeshBinding) {
+  auto mesh = std::make_shared<DeviceMesh>(std::vector<std::int64_t>{4, 2},
+                                           std::vector<std::string>{"data", "model"}, cpu_devices(8));
+  TensorLayout layout({"data", std::nullopt}, mesh);
+  EXPECT_EQ(layout.device_mesh(), mesh);
+  expect_throw_with<ValueError>([&] { TensorLayout({"data", "unknown", std::nullopt}, mesh); },
+                                "Invalid axis names");
+  TensorLayout late({"data", "unknown"});
+  expect_throw_with<ValueError>([&] { late.set_device_mesh(mesh); }, "Invalid axis names");
+  TensorLayout bindable({std::nullopt, "model"});
+  bindable.set_device_mesh(mesh);
+  EXPECT_EQ(bindable.device_mesh(), mesh);
+  expect_throw_with<ValueError>([&] { bindable.set_device_mesh(mesh); }, "Cannot override");
+  expect_throw_with<ValueError>([] { TensorLayout({"model", "model"}); }, "twice");
+}
+
+TEST(TensorLayout, ShardsFollowMeshCoordinatesAndCheckRankAndDivisibility) {
+  auto mesh = std::make_shared<DeviceMesh>(std::vector<std::int64_t>{2, 4},
+                                           std::vector<std::string>{"batch", "model"}, cpu_devices(8));
+  TensorLayout kernel({std::nullopt, "model"}, mesh);
+  auto [starts, sizes] = kernel.shard_of({16, 8}, 6);  // device 6 = coordinates (1, 2)
+  EXPECT_EQ(starts, (Shape{0, 4}));
+  EXPECT_EQ(sizes, (Shape{16, 2}));
+  TensorLayout data({"batch", std::nullopt}, mesh);
+  EXPECT_EQ(data.shard_of({6, 3}, 5).first, (Shape{3, 0}));
+  expect_throw_with<ValueError>([&] { kernel.check_fits({16, 6}, "kernel"); },
+                                "cannot be split evenly over mesh axis 'model' of size 4");
+  expect_throw_with<ValueError>([&] { kernel.check_fits({16}, "bias"); }, "one entry");
+}
+
+TEST(LayoutMap, FullMatchExactFirstAmbiguityAndOrder) {
+  auto mesh = std::make_shared<DeviceMesh>(std::vector<std::int64_t>{2, 4},
+                                           std::vector<std::string>{"batch", "model"}, cpu_devices(8));
+  LayoutMap map(mesh);
+  map["dense/kernel"] = TensorLayout({std::nullopt, "model"});
+  map["dense/bias"] = TensorLayout({"model"});
+  map[".*dense.*kernel"] = Axes{"model", std::nullopt};
+  map[".*dense.*bias"] = TensorLayout({std::nullopt});
+  map[".*bias"] = TensorLayout({"batch"});
+  EXPECT_EQ(map.size(), 5u);
+  EXPECT_EQ(map.keys(), (std::vector<std::string>{"dense/kernel", "dense/bias", ".*dense.*kernel",
+                                                  ".*dense.*bias", ".*bias"}));
+  EXPECT_EQ(map.get("dense/kernel")->axes(), (Axes{std::nullopt, "model"}));
+  EXPECT_EQ(map.get("dense_2/kernel")->axes(), (Axes{"model", std::nullopt}));
+  EXPECT_EQ(map.get("dense_2/kernel")->device_mesh(), mesh);
+  expect_throw_with<ValueError>([&] { map.get("dense_2/bias"); },
+                                "Path 'dense_2/bias' matches several LayoutMap keys");
+  EXPECT_EQ(map.get("conv2d/kernel"), nullptr);
+  EXPECT_EQ(map.get("conv2d/bias")->axes(), (Axes{"batch"}));
+  EXPECT_EQ(map.get("my_dense/kernel_2"), nullptr) << "keys must match the whole path";
+  expect_throw_with<ValueError>([&] { map["dense/kernel"] = TensorLayout({std::nullopt}); },
+                                "already exists");
+  expect_throw_with<ValueError>([&] { map["dense/other"] = TensorLayout({"unknown"}); },
+                                "Invalid axis names");
+  expect_throw_with<ValueError>([&] { map["(unclosed"] = TensorLayout({std::nullopt}); },
+                                "not a valid regular expression");
+  map.pop("dense/bias");
+  EXPECT_EQ(map.size(), 4u);
+  expect_throw_with<ValueError>([&] { map.pop(".*b.*"); }, "no key");
+}
+
+TEST(Distribution, ScopeNestsAndRestores) {
+  set_distribution(nullptr);
+  auto mesh = std::make_shared<DeviceMesh>(std::vector<std::int64_t>{1},
+                                           std::vector<std::string>{"batch"}, cpu_devices(1));
+  auto first = std::make_shared<DataParallel>(mesh);
+  auto second = std::make_shared<DataParallel>(mesh);
+  EXPECT_EQ(distribution(), nullptr);
+  {
+    auto outer = first->scope();
+    EXPECT_EQ(distribution(), first);
+    {
+      auto inner = second->scope();
+      EXPECT_EQ(distribution(), second);
+    }
+    EXPECT_EQ(distribution(), first);
+  }
+  EXPECT_EQ(distribution(), nullptr);
+}
+
+TEST(Distribution, DataShardIdUsesContiguousReplicaGroups) {
+  for (int pid = 0; pid < 4; ++pid) EXPECT_EQ(data_shard_id_for(8, 4, pid), pid);
+  std::vector<std::int64_t> shards;
+  for (int pid = 0; pid < 4; ++pid) shards.push_back(data_shard_id_for(2, 4, pid));
+  EXPECT_EQ(shards, (std::vector<std::int64_t>{0, 0, 1, 1}));
+}
+
+TEST(DataParallel, LayoutsAndReplicas) {
+  DataParallel by_mesh(std::make_shared<DeviceMesh>(std::vector<std::int64_t>{8},
+                                                    std::vector<std::string>{"data"}, cpu_devices(8)));
+  EXPECT_EQ(by_mesh.batch_dim_name(), "data");
+  EXPECT_EQ(by_mesh.num_model_replicas(), 8);
+  EXPECT_EQ(by_mesh.num_processes(), 1);
+  EXPECT_EQ(by_mesh.process_id(), 0);
+  EXPECT_FALSE(by_mesh.is_multi_process());
+  EXPECT_EQ(by_mesh.get_data_layout({4, 2, 2})->axes(), (Axes{"data", std::nullopt, std::nullopt}));
+  EXPECT_EQ(by_mesh.get_data_layout({4, 2, 2})->device_mesh(), by_mesh.device_mesh());
+  EXPECT_EQ(by_mesh.get_variable_layout({"dense/bias", {3}, nullptr})->axes(), (Axes{std::nullopt}));
+  auto explicit_layout = std::make_shared<TensorLayout>(Axes{"data"}, by_mesh.device_mesh());
+  EXPECT_EQ(by_mesh.get_variable_layout({"v", {8}, explicit_layout}), explicit_layout);
+  EXPECT_EQ(by_mesh.get_tensor_layout("dense/output"), nullptr);
+  DataParallel by_devices(cpu_devices(2));
+  EXPECT_EQ(by_devices.device_mesh()->axis_names(), (std::vector<std::string>{"batch"}));
+  DataParallel all_devices;
+  EXPECT_EQ(all_devices.device_mesh()->devices(), list_devices());
+  EXPECT_EQ(by_mesh.to_string(), "<DataParallel device_mesh=<DeviceMesh shape=(8,), axis_names=['data']>>");
+}
+
+TEST(ModelParallel, TakesLayoutsFromTheMapAndValidates) {
+  auto mesh = std::make_shared<DeviceMesh>(std::vector<std::int64_t>{2, 4},
+                                           std::vector<std::string>{"data", "model"}, cpu_devices(8));
+  auto map = std::make_shared<LayoutMap>(mesh);
+  (*map)[".*kernel"] = TensorLayout({std::nullopt, "model"});
+  (*map)[".*bias"] = TensorLayout({"model"});
+  (*map)["/model/layer/tensor"] = TensorLayout({"data", std::nullopt});
+  ModelParallel parallel(map, "data");
+  EXPECT_EQ(parallel.get_variable_layout({"dense/kernel", {8, 8}, nullptr})->axes(),
+            (Axes{std::nullopt, "model"}));
+  EXPECT_EQ(parallel.get_variable_layout({"dense/bias", {8}, nullptr})->axes(), (Axes{"model"}));
+  EXPECT_EQ(parallel.get_variable_layout({"seed", {2}, nullptr})->axes(), (Axes{std::nullopt}));
+  EXPECT_EQ(parallel.get_data_layout({16, 3, 3})->axes(), (Axes{"data", std::nullopt, std::nullopt}));
+  EXPECT_EQ(parallel.get_tensor_layout("/model/layer/tensor")->axes(), (Axes{"data", std::nullopt}));
+  EXPECT_EQ(parallel.get_tensor_layout("/model/layer/other_tensor"), nullptr);
+  EXPECT_EQ(parallel.num_model_replicas(), 2);
+  ModelParallel default_batch(map);
+  EXPECT_EQ(default_batch.batch_dim_name(), "data");
+  expect_throw_with<ValueError>([&] { ModelParallel(map, "rows"); }, "'rows' is not an axis");
+  expect_throw_with<ValueError>([] { ModelParallel(std::shared_ptr<LayoutMap>()); }, "layout_map");
+  expect_throw_with<ValueError>([] { ModelParallel without_mesh{LayoutMap{}}; }, "no device mesh");
+}
+
+TEST(Runtime, JobAddressesDevicesAndDistributeTensor) {
+  EXPECT_EQ(parse_job_addresses("10.0.0.1:1234,10.0.0.2:2345", 2),
+            (std::vector<std::string>{"10.0.0.1:1234", "10.0.0.2:2345"}));
+  expect_throw_with<ValueError>([] { parse_job_addresses("a:1,b:2", 3); }, "lists 2 processes, but num_processes is 3");
+  expect_throw_with<ValueError>([] { parse_job_addresses("a:1,b", std::nullopt); }, "host:port");
+  expect_throw_with<ValueError>([] { parse_job_addresses("a:99999", std::nullopt); }, "host:port");
+  EXPECT_EQ(list_devices("CPU"), (std::vector<std::string>{"cpu:0"}));
+  EXPECT_EQ(get_device_count("cpu"), 1);
+  expect_throw_with<ValueError>([] { list_devices("tpu"); }, "unknown device type 'tpu'");
+  EXPECT_EQ(num_processes(), 1);
+  EXPECT_EQ(process_id(), 0);
+  Tensor full = Tensor::arange(8, float32);
+  auto mesh = std::make_shared<DeviceMesh>(std::vector<std::int64_t>{1}, std::vector<std::string>{"batch"});
+  auto layout = std::make_shared<TensorLayout>(Axes{"batch"}, mesh);
+  EXPECT_EQ(distribute_tensor(full, layout).to_vector<float>(), full.to_vector<float>());
+  EXPECT_TRUE(distribute_tensor(full, nullptr).same_as(full));
+}
+
+TEST(Runtime, InitializeRefusesAfterADistributionAndMoreProcessesWithoutMpirun) {
+  if (is_initialized()) GTEST_SKIP() << "initialize() already ran in this process";
+  // Distributions were created by the tests above (or are created here), so initialize refuses.
+  DataParallel created;
+  expect_throw_with<ValueError>([] { initialize(); }, "before any Distribution");
+}
+
+TEST(Communicator, LocalGroupIsANoOp) {
+  LocalCommunicator local;
+  Tensor values = Tensor::from_vector<float>({1, 2, 3}, {3});
+  local.all_reduce(values, ReduceOperation::mean);
+  EXPECT_EQ(values.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(local.all_gather(values).shape(), (Shape{1, 3}));
+  EXPECT_EQ(local.reduce_scatter(values).to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  expect_throw_with<ValueError>([&] { local.broadcast(values, 1); }, "root 1");
+}
+
+}  // namespace
+}  // namespace keras::distribution
