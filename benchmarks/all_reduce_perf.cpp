@@ -1,2 +1,369 @@
+// all_reduce_perf: the all-reduce bandwidth of our MPI Communicator beside raw MPI_Allreduce on
+// the same MPI communicator, printed in the table format of nccl-tests' all_reduce_perf so both
+// can be read (and parsed) the same way. Communicator::all_reduce only works in place, so our
+// "out-of-place" column copies the send buffer into the receive buffer and then reduces the
+// receive buffer in place (the copy is timed: a caller who needs its input intact pays it); raw
+// MPI's out-of-place column passes separate buffers and its in-place column MPI_IN_PLACE. For
+// mean, raw MPI sums and then divides, as our Communicator does. Time is the average per
+// iteration on the slowest rank; algbw = bytes / time, busbw = algbw * 2(n-1)/n. Signature
+// checks stay on (what users get) unless --no-signature-checks.
+// Run: mpirun -np 2 all_reduce_perf -b 8 -e 64M -f 2
+#include <mpi.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
-int main(){}
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "distribution/mpi/mpi_communicator.h"
+#include "distribution/runtime.h"
+
+namespace {
+
+using keras::DType;
+using keras::distribution::MpiCommunicator;
+using keras::distribution::ReduceOperation;
+
+constexpr const char* kUsage =
+    "usage: mpirun -np N all_reduce_perf [-b min_bytes] [-e max_bytes] [-f factor] [-n iterations]\n"
+    "       [-w warmup_iterations] [-c 0|1] [-d float|double|int32|int64] [-o sum|max|min|mean]\n"
+    "       [--no-signature-checks]   (sizes accept a K, M or G suffix: 64M = 64 * 2^20 bytes)\n";
+
+// A bad command line: main prints it with the usage and exits 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  std::int64_t minimum_bytes = 8;
+  std::int64_t maximum_bytes = std::int64_t{64} << 20;
+  std::int64_t factor = 2;
+  std::int64_t iterations = 20;
+  std::int64_t warmup_iterations = 5;
+  std::int64_t check = 1;
+  std::string type_name = "float";
+  std::string operation_name = "sum";
+  bool signature_checks = true;
+};
+
+std::int64_t parse_number(char flag, std::string_view text, bool allow_size_suffix) {
+  std::int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [stop, error] = std::from_chars(text.data(), end, value);
+  std::string_view rest(stop, static_cast<std::size_t>(end - stop));
+  int shift = 0;
+  if (allow_size_suffix && rest.size() == 1) {
+    char suffix = static_cast<char>(rest[0] & ~0x20);  // upper case
+    shift = suffix == 'K' ? 10 : suffix == 'M' ? 20 : suffix == 'G' ? 30 : -1;
+    if (shift >= 0) rest = {};
+  }
+  if (error != std::errc{} || !rest.empty() || value < 0 || value > (INT64_MAX >> shift)) {
+    throw UsageError(std::string("-") + flag + ": '" + std::string(text) + "' is not a " +
+                     (allow_size_suffix ? "byte count (digits, optional K/M/G)" : "non-negative integer"));
+  }
+  return value << shift;
+}
+
+Options parse_options(int argument_count, char** arguments) {
+  Options options;
+  for (int index = 1; index < argument_count; ++index) {
+    std::string_view argument = arguments[index];
+    if (argument == "-h" || argument == "--help") throw UsageError("help");
+    if (argument == "--no-signature-checks") {
+      options.signature_checks = false;
+      continue;
+    }
+    if (argument.size() < 2 || argument[0] != '-' ||
+        std::string_view("befnwcdo").find(argument[1]) == std::string_view::npos) {
+      throw UsageError("unknown flag '" + std::string(argument) + "'");
+    }
+    char flag = argument[1];
+    std::string_view value = argument.substr(2);  // "-b8" as well as "-b 8", like getopt
+    if (value.empty()) {
+      if (++index >= argument_count) throw UsageError(std::string("-") + flag + " needs a value");
+      value = arguments[index];
+    }
+    switch (flag) {
+      case 'b': options.minimum_bytes = parse_number(flag, value, true); break;
+      case 'e': options.maximum_bytes = parse_number(flag, value, true); break;
+      case 'f': options.factor = parse_number(flag, value, false); break;
+      case 'n': options.iterations = parse_number(flag, value, false); break;
+      case 'w': options.warmup_iterations = parse_number(flag, value, false); break;
+      case 'c': options.check = parse_number(flag, value, false); break;
+      case 'd': options.type_name = value; break;
+      default: options.operation_name = value; break;  // 'o'
+    }
+  }
+  auto require = [](bool condition, const std::string& message) {
+    if (!condition) throw UsageError(message);
+  };
+  // Sizes grow by multiplication, so a zero start would never grow.
+  require(options.minimum_bytes >= 1, "-b: the minimum size must be at least 1 byte");
+  require(options.minimum_bytes <= options.maximum_bytes,
+          "-b " + std::to_string(options.minimum_bytes) + " is larger than -e " +
+              std::to_string(options.maximum_bytes));
+  require(options.factor >= 2, "-f: the multiplication factor must be at least 2, got " +
+                                   std::to_string(options.factor));
+  require(options.iterations >= 1, "-n: at least 1 iteration is needed");
+  require(options.check == 0 || options.check == 1, "-c: expected 0 or 1");
+  const std::vector<std::string> types = {"float", "double", "int32", "int64"};
+  require(std::find(types.begin(), types.end(), options.type_name) != types.end(),
+          "-d: unknown type '" + options.type_name + "'; expected float, double, int32 or int64");
+  const std::vector<std::string> operations = {"sum", "max", "min", "mean"};
+  require(std::find(operations.begin(), operations.end(), options.operation_name) != operations.end(),
+          "-o: unknown operation '" + options.operation_name + "'; expected sum, max, min or mean");
+  return options;
+}
+
+ReduceOperation reduce_operation(const std::string& name) {
+  if (name == "max") return ReduceOperation::max;
+  if (name == "min") return ReduceOperation::min;
+  if (name == "mean") return ReduceOperation::mean;
+  return ReduceOperation::sum;
+}
+
+template <typename T>
+MPI_Datatype mpi_datatype() {
+  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
+  else return MPI_INT64_T;
+}
+
+void check_mpi(int status, const char* what) {
+  if (status == MPI_SUCCESS) return;
+  char message[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(status, message, &length);
+  throw std::runtime_error(std::string(what) + " failed: " + std::string(message, static_cast<std::size_t>(length)));
+}
+
+// Rank r holds (r + 1) * (i % 7 + 1) at element i, so every result is a small exact integer.
+template <typename T>
+T expected_value(ReduceOperation operation, int size, std::int64_t index) {
+  std::int64_t base = index % 7 + 1;
+  std::int64_t sum = base * size * (size + 1) / 2;
+  switch (operation) {
+    case ReduceOperation::sum: return static_cast<T>(sum);
+    // The same division in T as the Communicator's (integer mean truncates).
+    case ReduceOperation::mean: return static_cast<T>(static_cast<T>(sum) / static_cast<T>(size));
+    case ReduceOperation::max: return static_cast<T>(index == 3 ? 0 : base * size);
+    case ReduceOperation::min: return static_cast<T>(base);
+  }
+  return T{};
+}
+
+template <typename T>
+std::int64_t count_wrong(const T* values, std::int64_t count, ReduceOperation operation, int size) {
+  std::int64_t wrong = 0;
+  for (std::int64_t index = 0; index < count; ++index) {
+    T expected = expected_value<T>(operation, size, index);
+    if constexpr (std::is_floating_point_v<T>) {
+      double difference = std::abs(static_cast<double>(values[index]) - static_cast<double>(expected));
+      wrong += !(difference <= 1e-5 * std::abs(static_cast<double>(expected)));  // NaN is wrong
+    } else {
+      wrong += values[index] != expected;
+    }
+  }
+  return wrong;
+}
+
+struct Measurement {
+  double microseconds = 0;
+  std::int64_t wrong = 0;
+};
+
+// One way of reducing `count` elements: `in_place` steps reduce the receive buffer as it is;
+// the others read the send buffer (and must overwrite the receive buffer).
+struct Variant {
+  bool in_place;
+  std::function<void(std::int64_t count)> step;
+};
+
+// Warmup, then the timed loop (average per iteration, the slowest rank's: a collective is only
+// done when its last rank is), then, with -c 1, one run on fresh inputs (the timed in-place runs
+// compounded the sums) whose wrong elements are summed over ranks.
+template <typename T>
+Measurement measure(const Variant& variant, std::int64_t count, const Options& options,
+                    MPI_Comm communicator, const std::vector<T>& send, std::vector<T>& receive,
+                    ReduceOperation operation, int size) {
+  for (std::int64_t iteration = 0; iteration < options.warmup_iterations; ++iteration) variant.step(count);
+  check_mpi(MPI_Barrier(communicator), "MPI_Barrier");
+  auto start = std::chrono::steady_clock::now();
+  for (std::int64_t iteration = 0; iteration < options.iterations; ++iteration) variant.step(count);
+  double local = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+                 static_cast<double>(options.iterations);
+  Measurement result;
+  check_mpi(MPI_Allreduce(&local, &result.microseconds, 1, MPI_DOUBLE, MPI_MAX, communicator), "MPI_Allreduce");
+  if (options.check == 0) return result;
+  std::fill(receive.begin(), receive.begin() + count, T{});  // 0 is never an expected value
+  if (variant.in_place) std::copy(send.begin(), send.begin() + count, receive.begin());
+  variant.step(count);
+  std::int64_t wrong = count_wrong(receive.data(), count, operation, size);
+  check_mpi(MPI_Allreduce(&wrong, &result.wrong, 1, MPI_INT64_T, MPI_SUM, communicator), "MPI_Allreduce");
+  return result;
+}
+
+struct Row {
+  std::int64_t bytes, count;
+  Measurement keras_out_of_place, keras_in_place, raw_out_of_place, raw_in_place;
+};
+
+// GB/s (1e9 bytes per second) from bytes and microseconds.
+double algorithm_bandwidth(std::int64_t bytes, double microseconds) {
+  return microseconds > 0 ? static_cast<double>(bytes) / microseconds / 1e3 : 0;
+}
+
+// Prints one nccl-tests table, its wrong-element total and its average busbw.
+void print_table(const char* title, const std::vector<Row>& rows, bool keras_columns,
+                         const Options& options, int size) {
+  std::printf("#\n# %s\n", title);
+  std::printf("#                                                       out-of-place                       in-place\n");
+  std::printf("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
+  std::printf("  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+  std::printf("# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
+  std::printf("  %7s  %6s  %6s %6s  %7s  %6s  %6s\n", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)");
+  double bandwidth_total = 0;
+  std::int64_t wrong_total = 0;
+  for (const Row& row : rows) {
+    std::printf("%12lld  %12lld  %8s  %6s  %6d", static_cast<long long>(row.bytes),
+                static_cast<long long>(row.count), options.type_name.c_str(), options.operation_name.c_str(), -1);
+    for (const Measurement& measurement : keras_columns ? std::vector{row.keras_out_of_place, row.keras_in_place}
+                                                        : std::vector{row.raw_out_of_place, row.raw_in_place}) {
+      double microseconds = measurement.microseconds;
+      int decimals = microseconds >= 10000 ? 0 : microseconds >= 100 ? 1 : 2;  // nccl-tests' widths
+      double algorithm = algorithm_bandwidth(row.bytes, microseconds);
+      // Each rank sends and receives 2(n-1)/n of the buffer in a ring, nccl-tests' bus factor.
+      double bus = algorithm * 2.0 * (size - 1) / size;
+      std::printf("  %7.*f  %6.2f  %6.2f", decimals, microseconds, algorithm, bus);
+      if (options.check) std::printf("  %5lld", static_cast<long long>(measurement.wrong));
+      else std::printf("  %5s", "N/A");
+      bandwidth_total += bus;
+      wrong_total += measurement.wrong;
+    }
+    std::printf("\n");
+  }
+  std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong_total), wrong_total ? "FAILED" : "OK");
+  std::printf("# Avg bus bandwidth    : %g\n", rows.empty() ? 0.0 : bandwidth_total / (2.0 * static_cast<double>(rows.size())));
+}
+
+template <typename T>
+int run(const Options& options, MpiCommunicator& keras_communicator) {
+  MPI_Comm communicator = keras_communicator.handle();
+  int size = keras_communicator.size(), rank = keras_communicator.rank();
+  ReduceOperation operation = reduce_operation(options.operation_name);
+  MPI_Op mpi_operation = operation == ReduceOperation::max ? MPI_MAX : operation == ReduceOperation::min ? MPI_MIN : MPI_SUM;
+  std::int64_t maximum_count = options.maximum_bytes / static_cast<std::int64_t>(sizeof(T));
+  if (maximum_count > INT32_MAX) throw UsageError("-e: more elements than MPI's int count allows");
+
+  // Allocated and touched once at the largest size: a first touch costs a page fault per 4 KiB,
+  // which would dominate the timings if each size had fresh buffers.
+  std::vector<T> send(static_cast<std::size_t>(maximum_count)), receive(send.size());
+  for (std::int64_t index = 0; index < maximum_count; ++index) {
+    send[static_cast<std::size_t>(index)] = static_cast<T>((rank + 1) * (index % 7 + 1));
+  }
+  auto divide_for_mean = [&](std::int64_t count) {
+    if (operation != ReduceOperation::mean) return;
+    for (std::int64_t index = 0; index < count; ++index) receive[static_cast<std::size_t>(index)] /= static_cast<T>(size);
+  };
+  const Variant keras_out_of_place{false, [&](std::int64_t count) {
+    std::copy(send.begin(), send.begin() + count, receive.begin());
+    keras_communicator.all_reduce(receive.data(), count, keras::dtype_of<T>::value, operation);
+  }};
+  const Variant keras_in_place{true, [&](std::int64_t count) {
+    keras_communicator.all_reduce(receive.data(), count, keras::dtype_of<T>::value, operation);
+  }};
+  const Variant raw_out_of_place{false, [&](std::int64_t count) {
+    check_mpi(MPI_Allreduce(send.data(), receive.data(), static_cast<int>(count), mpi_datatype<T>(),
+                            mpi_operation, communicator), "MPI_Allreduce");
+    divide_for_mean(count);
+  }};
+  const Variant raw_in_place{true, [&](std::int64_t count) {
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, receive.data(), static_cast<int>(count), mpi_datatype<T>(),
+                            mpi_operation, communicator), "MPI_Allreduce");
+    divide_for_mean(count);
+  }};
+
+  std::vector<Row> rows;
+  for (std::int64_t bytes = options.minimum_bytes; bytes <= options.maximum_bytes;
+       bytes = bytes > options.maximum_bytes / options.factor ? options.maximum_bytes + 1 : bytes * options.factor) {
+    std::int64_t count = bytes / static_cast<std::int64_t>(sizeof(T));
+    auto measure_variant = [&](const Variant& variant) {
+      return measure<T>(variant, count, options, communicator, send, receive, operation, size);
+    };
+    Row row{count * static_cast<std::int64_t>(sizeof(T)), count, {}, {}, {}, {}};
+    row.keras_out_of_place = measure_variant(keras_out_of_place);
+    row.keras_in_place = measure_variant(keras_in_place);
+    row.raw_out_of_place = measure_variant(raw_out_of_place);
+    row.raw_in_place = measure_variant(raw_in_place);
+    rows.push_back(row);
+  }
+  std::int64_t wrong = 0;  // already summed over ranks, so every rank agrees on the exit code
+  for (const Row& row : rows) {
+    wrong += row.keras_out_of_place.wrong + row.keras_in_place.wrong + row.raw_out_of_place.wrong +
+             row.raw_in_place.wrong;
+  }
+  if (rank != 0) return wrong > 0 ? 1 : 0;
+
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  MPI_Get_library_version(version, &length);
+  std::string library(version, static_cast<std::size_t>(length));
+  library = library.substr(0, library.find('\n'));
+  std::printf("# all_reduce_perf: keras-cpp Communicator::all_reduce vs raw MPI_Allreduce, %d processes, "
+              "%s, dtype %s, op %s, signature checks %s\n", size, library.c_str(), options.type_name.c_str(),
+              options.operation_name.c_str(), options.signature_checks ? "on" : "off");
+  std::printf("# minBytes %lld maxBytes %lld step: %lld(factor) warmup iters: %lld iters: %lld validation: %lld\n",
+              static_cast<long long>(options.minimum_bytes), static_cast<long long>(options.maximum_bytes),
+              static_cast<long long>(options.factor), static_cast<long long>(options.warmup_iterations),
+              static_cast<long long>(options.iterations), static_cast<long long>(options.check));
+  print_table("keras-cpp MpiCommunicator::all_reduce (out-of-place = copy + in place)", rows, true, options, size);
+  print_table("raw MPI_Allreduce on the same MPI communicator", rows, false, options, size);
+  // Time ratio raw / ours equals the busbw ratio ours / raw (same bytes) without rounding.
+  std::printf("#\n# ratio keras-cpp / raw MPI busbw (goal >= 0.95 from 1 MiB)\n");
+  std::printf("# %10s  %12s  %12s\n", "size (B)", "out-of-place", "in-place");
+  for (const Row& row : rows) {
+    double out_of_place = row.raw_out_of_place.microseconds / row.keras_out_of_place.microseconds;
+    double in_place = row.raw_in_place.microseconds / row.keras_in_place.microseconds;
+    bool below_goal = row.bytes >= (1 << 20) && std::min(out_of_place, in_place) < 0.95;
+    std::printf("%12lld  %12.3f  %12.3f%s\n", static_cast<long long>(row.bytes), out_of_place, in_place,
+                below_goal ? "  below 0.95" : "");
+  }
+  std::fflush(stdout);
+  return wrong > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argument_count, char** arguments) {
+  keras::distribution::initialize();
+  auto* keras_communicator = dynamic_cast<MpiCommunicator*>(&keras::distribution::world());
+  int rank = keras::distribution::process_id();
+  try {
+    Options options = parse_options(argument_count, arguments);
+    if (keras_communicator == nullptr) throw UsageError("run under mpirun (even -np 1): raw MPI is compared");
+    keras_communicator->set_signature_checks(options.signature_checks);
+    if (options.type_name == "double") return run<double>(options, *keras_communicator);
+    if (options.type_name == "int32") return run<std::int32_t>(options, *keras_communicator);
+    if (options.type_name == "int64") return run<std::int64_t>(options, *keras_communicator);
+    return run<float>(options, *keras_communicator);
+  } catch (const UsageError& error) {
+    // Every rank parses the same command line, so every rank leaves with 2; one prints.
+    bool help = std::string_view(error.what()) == "help";
+    if (rank == 0 && help) std::printf("%s", kUsage);
+    if (rank == 0 && !help) std::fprintf(stderr, "all_reduce_perf: %s\n%s", error.what(), kUsage);
+    return help ? 0 : 2;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "all_reduce_perf (rank %d): %s\n", rank, error.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}

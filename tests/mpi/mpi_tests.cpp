@@ -1,0 +1,192 @@
+// Multi-process tests, run by CTest under `mpirun -np 2` and `-np 4`: collectives against
+// closed-form results, sub-groups, errors instead of hangs (mismatched collectives, a rank that
+// never joins), and the data-parallel invariant — training on P processes gives the weights of
+// training on one process with the same global batch and seed.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "distribution/mpi/mpi_communicator.h"
+#include "keras.h"
+#include "tests/test_helpers.h"
+
+namespace keras {
+namespace {
+
+namespace kd = keras::distribution;
+using keras::testing::expect_throw_with;
+
+int size() { return kd::num_processes(); }
+int rank() { return kd::process_id(); }
+
+TEST(MpiRuntime, DevicesAndProcesses) {
+  ASSERT_GT(size(), 1) << "run this binary under mpirun -np N with N > 1";
+  std::vector<std::string> devices = kd::list_devices("cpu");
+  ASSERT_EQ(static_cast<int>(devices.size()), size());
+  EXPECT_EQ(devices.back(), "cpu:" + std::to_string(size() - 1));
+  expect_throw_with<ValueError>([] { kd::initialize(); }, "already called");
+}
+
+TEST(MpiCollectives, ClosedFormResults) {
+  kd::Communicator& world = kd::world();
+  double n = size();
+  Tensor values = Tensor::full({5}, rank() + 1.0);
+  world.all_reduce(values, kd::ReduceOperation::sum);
+  for (double v : values.to_vector<double>()) EXPECT_EQ(v, n * (n + 1) / 2);
+  Tensor mean = Tensor::full({3}, rank() + 1.0, float64);
+  world.all_reduce(mean, kd::ReduceOperation::mean);
+  for (double v : mean.to_vector<double>()) EXPECT_DOUBLE_EQ(v, (n + 1) / 2);
+  Tensor extreme = Tensor::full({2}, rank(), int64);
+  world.all_reduce(extreme, kd::ReduceOperation::max);
+  EXPECT_EQ(extreme.to_vector<std::int64_t>()[0], size() - 1);
+  Tensor low = Tensor::full({2}, rank() + 7, int32);
+  world.all_reduce(low, kd::ReduceOperation::min);
+  EXPECT_EQ(low.to_vector<std::int32_t>()[1], 7);
+
+  Tensor gathered = world.all_gather(Tensor::full({2}, rank(), int64));
+  ASSERT_EQ(gathered.shape(), (Shape{size(), 2}));
+  for (int r = 0; r < size(); ++r) EXPECT_EQ(gathered.to_vector<std::int64_t>()[2 * r], r);
+
+  // reduce_scatter is the first half of all_reduce: block r of the sum lands on rank r.
+  Tensor contribution = ops::random({RandomDistribution::normal, 0, 1, 100u + unsigned(rank())},
+                                    {size() * 3, 2}, float64);
+  Tensor full_sum = contribution.clone();
+  world.all_reduce(full_sum);
+  Tensor block = world.reduce_scatter(contribution);
+  Tensor expected = ops::slice(full_sum, {rank() * 3, 0}, {3, 2});
+  keras::testing::expect_close(block.to_vector<double>(), expected.to_vector<double>(), 1e-12,
+                               "reduce_scatter");
+
+  Tensor broadcasted = Tensor::full({4}, rank() == size() - 1 ? 42.0 : -1.0);
+  world.broadcast(broadcasted, size() - 1);
+  for (double v : broadcasted.to_vector<double>()) EXPECT_EQ(v, 42.0);
+  world.barrier();
+}
+
+TEST(MpiCollectives, SubGroupsFromSplit) {
+  auto group = kd::world().split(rank() % 2, rank(), "parity group");
+  int expected_size = size() / 2 + (rank() % 2 == 0 ? size() % 2 : 0);
+  EXPECT_EQ(group->size(), expected_size);
+  EXPECT_EQ(group->rank(), rank() / 2);
+  Tensor values = Tensor::full({1}, 1.0);
+  group->all_reduce(values);
+  EXPECT_EQ(values.item(), expected_size);
+  EXPECT_EQ(group->name(), "parity group");
+}
+
+TEST(MpiErrors, MismatchedCollectiveIsAnErrorOnEveryRank) {
+  kd::Communicator& world = kd::world();
+  std::vector<float> data(rank() == 0 ? 4 : 8, 1.0f);
+  expect_throw_with<kd::CollectiveError>(
+      [&] {
+        world.all_reduce(data.data(), static_cast<std::int64_t>(data.size()), float32,
+                         kd::ReduceOperation::sum);
+      },
+      "disagree");
+  // The group is still usable: the check failed before any data moved.
+  Tensor values = Tensor::full({1}, 1.0);
+  world.all_reduce(values);
+  EXPECT_EQ(values.item(), size());
+}
+
+TEST(MpiErrors, ARankThatNeverJoinsGivesATimeoutNotAHang) {
+  auto group = kd::world().split(0, rank(), "timeout test group");
+  auto* mpi = dynamic_cast<kd::MpiCommunicator*>(group.get());
+  ASSERT_NE(mpi, nullptr);
+  mpi->set_signature_checks(false);
+  group->set_timeout(std::chrono::milliseconds(500));
+  if (rank() != 0) {
+    expect_throw_with<kd::CollectiveError>([&] { group->barrier(); },
+                                           "barrier over timeout test group");
+  }
+  kd::world().barrier();
+  if (rank() == 0) group->barrier();  // completes the others' abandoned barrier: nothing leaks
+  kd::world().barrier();
+}
+
+struct Dataset {
+  Tensor x, y;
+};
+Dataset make_dataset(std::int64_t count) {
+  Tensor labels = ops::cast(ops::random({RandomDistribution::uniform, 0, 3, 5}, {count}, float64), int64);
+  Tensor centers = Tensor::from_vector<float>({1, 0, 0, 1, -1, -1}, {3, 2});
+  Tensor noise = ops::random({RandomDistribution::normal, 0, 0.7, 6}, {count, 2}, float32);
+  Tensor x = ops::concatenate({ops::take(centers, labels, 0) + noise, noise * noise}, 1);
+  return {x, labels};
+}
+
+std::vector<std::vector<double>> train(bool data_parallel, const std::string& optimizer,
+                                       std::map<std::string, double>* evaluation) {
+  clear_session();
+  kd::set_distribution(data_parallel ? std::make_shared<kd::DataParallel>() : nullptr);
+  set_random_seed(2024);
+  Dataset data = make_dataset(202);  // 202 = 6 batches of 32 + 10: a partial last batch
+  Sequential model({layers::Dense(16, "relu"), layers::Dense(8, "tanh"), layers::Dense(3)});
+  if (optimizer == "adam") {
+    model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true), {"accuracy"});
+  } else {
+    model.compile(optimizers::SGD(0.1, 0.9, true), losses::SparseCategoricalCrossentropy(true),
+                  {"accuracy"});
+  }
+  model.fit(data.x, data.y, {.batch_size = 32, .epochs = 3, .verbose = 0});
+  *evaluation = model.evaluate(data.x, data.y, {.batch_size = 50, .verbose = 0});
+  std::vector<std::vector<double>> weights;
+  for (const Tensor& weight : model.weights()) weights.push_back(weight.to_vector<double>());
+  kd::set_distribution(nullptr);
+  return weights;
+}
+
+void expect_same_training(const std::string& optimizer) {
+  std::map<std::string, double> single_evaluation, parallel_evaluation;
+  auto single = train(false, optimizer, &single_evaluation);
+  auto parallel = train(true, optimizer, &parallel_evaluation);
+  ASSERT_EQ(single.size(), parallel.size());
+  for (std::size_t w = 0; w < single.size(); ++w) {
+    keras::testing::expect_close(parallel[w], single[w], 1e-5,
+                                 optimizer + " weight " + std::to_string(w));
+  }
+  EXPECT_NEAR(parallel_evaluation["loss"], single_evaluation["loss"], 1e-5);
+  EXPECT_NEAR(parallel_evaluation["accuracy"], single_evaluation["accuracy"], 1e-9);
+  // Every process holds the same replica.
+  Tensor first = Tensor::from_vector(parallel[0], {std::int64_t(parallel[0].size())});
+  Tensor low = first.clone(), high = first.clone();
+  kd::world().all_reduce(low, kd::ReduceOperation::min);
+  kd::world().all_reduce(high, kd::ReduceOperation::max);
+  EXPECT_EQ(low.to_vector<double>(), high.to_vector<double>());
+}
+
+TEST(DataParallelTraining, MatchesOneProcessWithSgdNesterov) { expect_same_training("sgd"); }
+TEST(DataParallelTraining, MatchesOneProcessWithAdam) { expect_same_training("adam"); }
+
+TEST(DataParallelTraining, DifferentArgumentsOnOneRankAreAnError) {
+  clear_session();
+  kd::set_distribution(std::make_shared<kd::DataParallel>());
+  Dataset data = make_dataset(64);
+  Sequential model({layers::Dense(3)});
+  model.compile("sgd", "sparse_categorical_crossentropy");
+  std::int64_t batch = rank() == 0 ? 16 : 32;
+  expect_throw_with<ValueError>([&] { model.fit(data.x, data.y, {.batch_size = batch, .verbose = 0}); },
+                                "different arguments");
+  expect_throw_with<ValueError>(
+      [&] { model.fit(data.x, data.y, {.batch_size = size() * 8 + 1, .verbose = 0}); },
+      "divisible");
+  kd::set_distribution(nullptr);
+}
+
+}  // namespace
+}  // namespace keras
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  keras::distribution::initialize();
+  // Only rank 0 reports; the exit status is the worst over all ranks.
+  if (keras::distribution::process_id() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int status = RUN_ALL_TESTS();
+  keras::distribution::world().all_reduce(&status, 1, keras::DType::int32,
+                                          keras::distribution::ReduceOperation::max);
+  keras::distribution::finalize();
+  return status;
+}
