@@ -155,7 +155,7 @@ T expected_value(ReduceOperation operation, int size, std::int64_t index) {
     case ReduceOperation::sum: return static_cast<T>(sum);
     // The same division in T as the Communicator's (integer mean truncates).
     case ReduceOperation::mean: return static_cast<T>(static_cast<T>(sum) / static_cast<T>(size));
-    case ReduceOperation::max: return static_cast<T>(index == 3 ? 0 : base * size);
+    case ReduceOperation::max: return static_cast<T>(base * size);
     case ReduceOperation::min: return static_cast<T>(base);
   }
   return T{};

@@ -2,6 +2,9 @@
 // accuracy. The dataset comes from Debian's package dataset-fashion-mnist.
 //   fashion_mnist [--epochs N] [--batch-size N] [--learning-rate X] [--data-dir DIR]
 //                 [--threads N] [--seed N] [--save PATH.safetensors]
+//                 [--distribution none|data_parallel]
+// With --distribution data_parallel, run it under mpirun: each process trains on its slice of
+// every global batch (--batch-size is the global batch) and the gradients are summed.
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -21,13 +24,15 @@ struct Flags {
   std::uint64_t seed = 42;
   std::string save_path;
   double min_test_accuracy = 0.0;  // exit with status 2 below this (used by CTest)
+  std::string distribution = "none";
 };
 
 void usage(std::FILE* stream) {
   std::fprintf(stream,
                "usage: fashion_mnist [--epochs N] [--batch-size N] [--learning-rate X]\n"
                "                     [--data-dir DIR] [--threads N] [--seed N]\n"
-               "                     [--save PATH.safetensors] [--min-test-accuracy X]\n");
+               "                     [--save PATH.safetensors] [--min-test-accuracy X]\n"
+               "                     [--distribution none|data_parallel]\n");
 }
 
 template <typename T>
@@ -68,6 +73,12 @@ Flags parse_flags(int argc, char** argv) {
       flags.seed = parse_number<std::uint64_t>(flag, value);
     } else if (flag == "--min-test-accuracy") {
       flags.min_test_accuracy = parse_number<double>(flag, value);
+    } else if (flag == "--distribution") {
+      if (value != "none" && value != "data_parallel") {
+        throw keras::ValueError(keras::str("--distribution must be 'none' or 'data_parallel', got '",
+                                           value, "'"));
+      }
+      flags.distribution = value;
     } else if (flag == "--save") {
       flags.save_path = value;
     } else {
@@ -89,12 +100,22 @@ int main(int argc, char** argv) {
     Flags flags = parse_flags(argc, argv);
     if (flags.threads > 0) keras::set_num_threads(flags.threads);
     keras::set_random_seed(flags.seed);
+    namespace kd = keras::distribution;
+    kd::initialize();  // MPI under mpirun; one process otherwise
+    if (flags.distribution == "data_parallel") {
+      kd::set_distribution(std::make_shared<kd::DataParallel>());
+    } else if (kd::num_processes() > 1) {
+      throw keras::ValueError("started on several processes without --distribution data_parallel");
+    }
+    bool chief = kd::process_id() == 0;
     auto data = keras::io::load_fashion_mnist(flags.data_dir);
     keras::Tensor x_train = to_features(data.x_train);
     keras::Tensor x_test = to_features(data.x_test);
-    std::printf("Fashion-MNIST: %lld training and %lld test images; %d threads\n",
-                static_cast<long long>(x_train.dim(0)), static_cast<long long>(x_test.dim(0)),
-                keras::num_threads());
+    if (chief) {
+      std::printf("Fashion-MNIST: %lld training and %lld test images; %d processes x %d threads\n",
+                  static_cast<long long>(x_train.dim(0)), static_cast<long long>(x_test.dim(0)),
+                  kd::num_processes(), keras::num_threads());
+    }
 
     keras::Sequential model({keras::layers::Dense(512, "relu"), keras::layers::Dense(256, "relu"),
                              keras::layers::Dense(10)});
@@ -108,9 +129,11 @@ int main(int argc, char** argv) {
                .validation_data = {x_test, data.y_test}});
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     auto results = model.evaluate(x_test, data.y_test, {.batch_size = 1000, .verbose = 0});
-    std::printf("test accuracy: %.4f  test loss: %.4f  (%.1f s per epoch)\n",
-                results["accuracy"], results["loss"], seconds / flags.epochs);
-    if (!flags.save_path.empty()) {
+    if (chief) {
+      std::printf("test accuracy: %.4f  test loss: %.4f  (%.1f s per epoch)\n",
+                  results["accuracy"], results["loss"], seconds / flags.epochs);
+    }
+    if (!flags.save_path.empty() && chief) {
       model.save_weights(flags.save_path);
       std::printf("weights saved to %s\n", flags.save_path.c_str());
     }
