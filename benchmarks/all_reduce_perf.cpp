@@ -33,9 +33,10 @@ using keras::distribution::MpiCommunicator;
 using keras::distribution::ReduceOperation;
 
 constexpr const char* kUsage =
-    "usage: mpirun -np N all_reduce_perf [-b min_bytes] [-e max_bytes] [-f factor] [-n iterations]\n"
-    "       [-w warmup_iterations] [-c 0|1] [-d float|double|int32|int64] [-o sum|max|min|mean]\n"
-    "       [--no-signature-checks]   (sizes accept a K, M or G suffix: 64M = 64 * 2^20 bytes)\n";
+    "usage: mpirun -np N all_reduce_perf [-b min_bytes] [-e max_bytes] [-f factor]\n"
+    "       [-n iterations] [-w warmup_iterations] [-c 0|1] [-d float|double|int32|int64]\n"
+    "       [-o sum|max|min|mean] [--no-signature-checks]\n"
+    "       (sizes accept a K, M or G suffix: 64M = 64 * 2^20 bytes)\n";
 
 // A bad command line: main prints it with the usage and exits 2.
 struct UsageError : std::runtime_error {
@@ -66,8 +67,9 @@ std::int64_t parse_number(char flag, std::string_view text, bool allow_size_suff
     if (shift >= 0) rest = {};
   }
   if (error != std::errc{} || !rest.empty() || value < 0 || value > (INT64_MAX >> shift)) {
-    throw UsageError(std::string("-") + flag + ": '" + std::string(text) + "' is not a " +
-                     (allow_size_suffix ? "byte count (digits, optional K/M/G)" : "non-negative integer"));
+    throw UsageError(
+        std::string("-") + flag + ": '" + std::string(text) + "' is not a " +
+        (allow_size_suffix ? "byte count (digits, optional K/M/G)" : "non-negative integer"));
   }
   return value << shift;
 }
@@ -118,8 +120,9 @@ Options parse_options(int argument_count, char** arguments) {
   require(std::find(types.begin(), types.end(), options.type_name) != types.end(),
           "-d: unknown type '" + options.type_name + "'; expected float, double, int32 or int64");
   const std::vector<std::string> operations = {"sum", "max", "min", "mean"};
-  require(std::find(operations.begin(), operations.end(), options.operation_name) != operations.end(),
-          "-o: unknown operation '" + options.operation_name + "'; expected sum, max, min or mean");
+  require(
+      std::find(operations.begin(), operations.end(), options.operation_name) != operations.end(),
+      "-o: unknown operation '" + options.operation_name + "'; expected sum, max, min or mean");
   return options;
 }
 
@@ -132,10 +135,14 @@ ReduceOperation reduce_operation(const std::string& name) {
 
 template <typename T>
 MPI_Datatype mpi_datatype() {
-  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
-  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
-  else return MPI_INT64_T;
+  if constexpr (std::is_same_v<T, float>)
+    return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>)
+    return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return MPI_INT32_T;
+  else
+    return MPI_INT64_T;
 }
 
 void check_mpi(int status, const char* what) {
@@ -143,7 +150,8 @@ void check_mpi(int status, const char* what) {
   char message[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(status, message, &length);
-  throw std::runtime_error(std::string(what) + " failed: " + std::string(message, static_cast<std::size_t>(length)));
+  throw std::runtime_error(std::string(what) +
+                           " failed: " + std::string(message, static_cast<std::size_t>(length)));
 }
 
 // Rank r holds (r + 1) * (i % 7 + 1) at element i, so every result is a small exact integer.
@@ -167,7 +175,8 @@ std::int64_t count_wrong(const T* values, std::int64_t count, ReduceOperation op
   for (std::int64_t index = 0; index < count; ++index) {
     T expected = expected_value<T>(operation, size, index);
     if constexpr (std::is_floating_point_v<T>) {
-      double difference = std::abs(static_cast<double>(values[index]) - static_cast<double>(expected));
+      double difference =
+          std::abs(static_cast<double>(values[index]) - static_cast<double>(expected));
       wrong += !(difference <= 1e-5 * std::abs(static_cast<double>(expected)));  // NaN is wrong
     } else {
       wrong += values[index] != expected;
@@ -195,20 +204,24 @@ template <typename T>
 Measurement measure(const Variant& variant, std::int64_t count, const Options& options,
                     MPI_Comm communicator, const std::vector<T>& send, std::vector<T>& receive,
                     ReduceOperation operation, int size) {
-  for (std::int64_t iteration = 0; iteration < options.warmup_iterations; ++iteration) variant.step(count);
+  for (std::int64_t iteration = 0; iteration < options.warmup_iterations; ++iteration)
+    variant.step(count);
   check_mpi(MPI_Barrier(communicator), "MPI_Barrier");
   auto start = std::chrono::steady_clock::now();
   for (std::int64_t iteration = 0; iteration < options.iterations; ++iteration) variant.step(count);
-  double local = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
-                 static_cast<double>(options.iterations);
+  double local =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+      static_cast<double>(options.iterations);
   Measurement result;
-  check_mpi(MPI_Allreduce(&local, &result.microseconds, 1, MPI_DOUBLE, MPI_MAX, communicator), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(&local, &result.microseconds, 1, MPI_DOUBLE, MPI_MAX, communicator),
+            "MPI_Allreduce");
   if (options.check == 0) return result;
   std::fill(receive.begin(), receive.begin() + count, T{});  // 0 is never an expected value
   if (variant.in_place) std::copy(send.begin(), send.begin() + count, receive.begin());
   variant.step(count);
   std::int64_t wrong = count_wrong(receive.data(), count, operation, size);
-  check_mpi(MPI_Allreduce(&wrong, &result.wrong, 1, MPI_INT64_T, MPI_SUM, communicator), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(&wrong, &result.wrong, 1, MPI_INT64_T, MPI_SUM, communicator),
+            "MPI_Allreduce");
   return result;
 }
 
@@ -224,35 +237,45 @@ double algorithm_bandwidth(std::int64_t bytes, double microseconds) {
 
 // Prints one nccl-tests table, its wrong-element total and its average busbw.
 void print_table(const char* title, const std::vector<Row>& rows, bool keras_columns,
-                         const Options& options, int size) {
+                 const Options& options, int size) {
   std::printf("#\n# %s\n", title);
-  std::printf("#                                                       out-of-place                       in-place\n");
+  std::printf(
+      "#                                                       out-of-place                       "
+      "in-place\n");
   std::printf("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
-  std::printf("  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+  std::printf("  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "time", "algbw", "busbw", "#wrong",
+              "time", "algbw", "busbw", "#wrong");
   std::printf("# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
-  std::printf("  %7s  %6s  %6s %6s  %7s  %6s  %6s\n", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)");
+  std::printf("  %7s  %6s  %6s %6s  %7s  %6s  %6s\n", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
+              "(GB/s)", "(GB/s)");
   double bandwidth_total = 0;
   std::int64_t wrong_total = 0;
   for (const Row& row : rows) {
     std::printf("%12lld  %12lld  %8s  %6s  %6d", static_cast<long long>(row.bytes),
-                static_cast<long long>(row.count), options.type_name.c_str(), options.operation_name.c_str(), -1);
-    for (const Measurement& measurement : keras_columns ? std::vector{row.keras_out_of_place, row.keras_in_place}
-                                                        : std::vector{row.raw_out_of_place, row.raw_in_place}) {
+                static_cast<long long>(row.count), options.type_name.c_str(),
+                options.operation_name.c_str(), -1);
+    for (const Measurement& measurement :
+         keras_columns ? std::vector{row.keras_out_of_place, row.keras_in_place}
+                       : std::vector{row.raw_out_of_place, row.raw_in_place}) {
       double microseconds = measurement.microseconds;
       int decimals = microseconds >= 10000 ? 0 : microseconds >= 100 ? 1 : 2;  // nccl-tests' widths
       double algorithm = algorithm_bandwidth(row.bytes, microseconds);
       // Each rank sends and receives 2(n-1)/n of the buffer in a ring, nccl-tests' bus factor.
       double bus = algorithm * 2.0 * (size - 1) / size;
       std::printf("  %7.*f  %6.2f  %6.2f", decimals, microseconds, algorithm, bus);
-      if (options.check) std::printf("  %5lld", static_cast<long long>(measurement.wrong));
-      else std::printf("  %5s", "N/A");
+      if (options.check)
+        std::printf("  %5lld", static_cast<long long>(measurement.wrong));
+      else
+        std::printf("  %5s", "N/A");
       bandwidth_total += bus;
       wrong_total += measurement.wrong;
     }
     std::printf("\n");
   }
-  std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong_total), wrong_total ? "FAILED" : "OK");
-  std::printf("# Avg bus bandwidth    : %g\n", rows.empty() ? 0.0 : bandwidth_total / (2.0 * static_cast<double>(rows.size())));
+  std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong_total),
+              wrong_total ? "FAILED" : "OK");
+  std::printf("# Avg bus bandwidth    : %g\n",
+              rows.empty() ? 0.0 : bandwidth_total / (2.0 * static_cast<double>(rows.size())));
 }
 
 template <typename T>
@@ -260,7 +283,9 @@ int run(const Options& options, MpiCommunicator& keras_communicator) {
   MPI_Comm communicator = keras_communicator.handle();
   int size = keras_communicator.size(), rank = keras_communicator.rank();
   ReduceOperation operation = reduce_operation(options.operation_name);
-  MPI_Op mpi_operation = operation == ReduceOperation::max ? MPI_MAX : operation == ReduceOperation::min ? MPI_MIN : MPI_SUM;
+  MPI_Op mpi_operation = operation == ReduceOperation::max   ? MPI_MAX
+                         : operation == ReduceOperation::min ? MPI_MIN
+                                                             : MPI_SUM;
   std::int64_t maximum_count = options.maximum_bytes / static_cast<std::int64_t>(sizeof(T));
   if (maximum_count > INT32_MAX) throw UsageError("-e: more elements than MPI's int count allows");
 
@@ -272,29 +297,37 @@ int run(const Options& options, MpiCommunicator& keras_communicator) {
   }
   auto divide_for_mean = [&](std::int64_t count) {
     if (operation != ReduceOperation::mean) return;
-    for (std::int64_t index = 0; index < count; ++index) receive[static_cast<std::size_t>(index)] /= static_cast<T>(size);
+    for (std::int64_t index = 0; index < count; ++index)
+      receive[static_cast<std::size_t>(index)] /= static_cast<T>(size);
   };
-  const Variant keras_out_of_place{false, [&](std::int64_t count) {
-    std::copy(send.begin(), send.begin() + count, receive.begin());
-    keras_communicator.all_reduce(receive.data(), count, keras::dtype_of<T>::value, operation);
-  }};
+  const Variant keras_out_of_place{
+      false, [&](std::int64_t count) {
+        std::copy(send.begin(), send.begin() + count, receive.begin());
+        keras_communicator.all_reduce(receive.data(), count, keras::dtype_of<T>::value, operation);
+      }};
   const Variant keras_in_place{true, [&](std::int64_t count) {
-    keras_communicator.all_reduce(receive.data(), count, keras::dtype_of<T>::value, operation);
-  }};
-  const Variant raw_out_of_place{false, [&](std::int64_t count) {
-    check_mpi(MPI_Allreduce(send.data(), receive.data(), static_cast<int>(count), mpi_datatype<T>(),
-                            mpi_operation, communicator), "MPI_Allreduce");
-    divide_for_mean(count);
-  }};
-  const Variant raw_in_place{true, [&](std::int64_t count) {
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, receive.data(), static_cast<int>(count), mpi_datatype<T>(),
-                            mpi_operation, communicator), "MPI_Allreduce");
-    divide_for_mean(count);
-  }};
+                                 keras_communicator.all_reduce(
+                                     receive.data(), count, keras::dtype_of<T>::value, operation);
+                               }};
+  const Variant raw_out_of_place{
+      false, [&](std::int64_t count) {
+        check_mpi(MPI_Allreduce(send.data(), receive.data(), static_cast<int>(count),
+                                mpi_datatype<T>(), mpi_operation, communicator),
+                  "MPI_Allreduce");
+        divide_for_mean(count);
+      }};
+  const Variant raw_in_place{
+      true, [&](std::int64_t count) {
+        check_mpi(MPI_Allreduce(MPI_IN_PLACE, receive.data(), static_cast<int>(count),
+                                mpi_datatype<T>(), mpi_operation, communicator),
+                  "MPI_Allreduce");
+        divide_for_mean(count);
+      }};
 
   std::vector<Row> rows;
   for (std::int64_t bytes = options.minimum_bytes; bytes <= options.maximum_bytes;
-       bytes = bytes > options.maximum_bytes / options.factor ? options.maximum_bytes + 1 : bytes * options.factor) {
+       bytes = bytes > options.maximum_bytes / options.factor ? options.maximum_bytes + 1
+                                                              : bytes * options.factor) {
     std::int64_t count = bytes / static_cast<std::int64_t>(sizeof(T));
     auto measure_variant = [&](const Variant& variant) {
       return measure<T>(variant, count, options, communicator, send, receive, operation, size);
@@ -318,14 +351,19 @@ int run(const Options& options, MpiCommunicator& keras_communicator) {
   MPI_Get_library_version(version, &length);
   std::string library(version, static_cast<std::size_t>(length));
   library = library.substr(0, library.find('\n'));
-  std::printf("# all_reduce_perf: keras-cpp Communicator::all_reduce vs raw MPI_Allreduce, %d processes, "
-              "%s, dtype %s, op %s, signature checks %s\n", size, library.c_str(), options.type_name.c_str(),
-              options.operation_name.c_str(), options.signature_checks ? "on" : "off");
-  std::printf("# minBytes %lld maxBytes %lld step: %lld(factor) warmup iters: %lld iters: %lld validation: %lld\n",
-              static_cast<long long>(options.minimum_bytes), static_cast<long long>(options.maximum_bytes),
-              static_cast<long long>(options.factor), static_cast<long long>(options.warmup_iterations),
-              static_cast<long long>(options.iterations), static_cast<long long>(options.check));
-  print_table("keras-cpp MpiCommunicator::all_reduce (out-of-place = copy + in place)", rows, true, options, size);
+  std::printf(
+      "# all_reduce_perf: keras-cpp Communicator::all_reduce vs raw MPI_Allreduce, %d processes, "
+      "%s, dtype %s, op %s, signature checks %s\n",
+      size, library.c_str(), options.type_name.c_str(), options.operation_name.c_str(),
+      options.signature_checks ? "on" : "off");
+  std::printf(
+      "# minBytes %lld maxBytes %lld step: %lld(factor) warmup iters: %lld iters: %lld validation: "
+      "%lld\n",
+      static_cast<long long>(options.minimum_bytes), static_cast<long long>(options.maximum_bytes),
+      static_cast<long long>(options.factor), static_cast<long long>(options.warmup_iterations),
+      static_cast<long long>(options.iterations), static_cast<long long>(options.check));
+  print_table("keras-cpp MpiCommunicator::all_reduce (out-of-place = copy + in place)", rows, true,
+              options, size);
   print_table("raw MPI_Allreduce on the same MPI communicator", rows, false, options, size);
   // Time ratio raw / ours equals the busbw ratio ours / raw (same bytes) without rounding.
   std::printf("#\n# ratio keras-cpp / raw MPI busbw (goal >= 0.95 from 1 MiB)\n");
@@ -334,8 +372,8 @@ int run(const Options& options, MpiCommunicator& keras_communicator) {
     double out_of_place = row.raw_out_of_place.microseconds / row.keras_out_of_place.microseconds;
     double in_place = row.raw_in_place.microseconds / row.keras_in_place.microseconds;
     bool below_goal = row.bytes >= (1 << 20) && std::min(out_of_place, in_place) < 0.95;
-    std::printf("%12lld  %12.3f  %12.3f%s\n", static_cast<long long>(row.bytes), out_of_place, in_place,
-                below_goal ? "  below 0.95" : "");
+    std::printf("%12lld  %12.3f  %12.3f%s\n", static_cast<long long>(row.bytes), out_of_place,
+                in_place, below_goal ? "  below 0.95" : "");
   }
   std::fflush(stdout);
   return wrong > 0 ? 1 : 0;
@@ -349,7 +387,8 @@ int main(int argument_count, char** arguments) {
   int rank = keras::distribution::process_id();
   try {
     Options options = parse_options(argument_count, arguments);
-    if (keras_communicator == nullptr) throw UsageError("run under mpirun (even -np 1): raw MPI is compared");
+    if (keras_communicator == nullptr)
+      throw UsageError("run under mpirun (even -np 1): raw MPI is compared");
     keras_communicator->set_signature_checks(options.signature_checks);
     if (options.type_name == "double") return run<double>(options, *keras_communicator);
     if (options.type_name == "int32") return run<std::int32_t>(options, *keras_communicator);
