@@ -16,7 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -28,7 +28,6 @@
 
 namespace {
 
-using keras::DType;
 using keras::distribution::MpiCommunicator;
 using keras::distribution::ReduceOperation;
 
@@ -60,11 +59,11 @@ std::int64_t parse_number(char flag, std::string_view text, bool allow_size_suff
   const char* end = text.data() + text.size();
   auto [stop, error] = std::from_chars(text.data(), end, value);
   std::string_view rest(stop, static_cast<std::size_t>(end - stop));
-  int shift = 0;
+  int shift = 0;  // binary suffixes, as nccl-tests reads them
   if (allow_size_suffix && rest.size() == 1) {
     char suffix = static_cast<char>(rest[0] & ~0x20);  // upper case
-    shift = suffix == 'K' ? 10 : suffix == 'M' ? 20 : suffix == 'G' ? 30 : -1;
-    if (shift >= 0) rest = {};
+    shift = suffix == 'K' ? 10 : suffix == 'M' ? 20 : suffix == 'G' ? 30 : 0;
+    if (shift > 0) rest = {};
   }
   if (error != std::errc{} || !rest.empty() || value < 0 || value > (INT64_MAX >> shift)) {
     throw UsageError(
@@ -116,13 +115,13 @@ Options parse_options(int argument_count, char** arguments) {
                                    std::to_string(options.factor));
   require(options.iterations >= 1, "-n: at least 1 iteration is needed");
   require(options.check == 0 || options.check == 1, "-c: expected 0 or 1");
-  const std::vector<std::string> types = {"float", "double", "int32", "int64"};
-  require(std::find(types.begin(), types.end(), options.type_name) != types.end(),
+  auto one_of = [](const std::string& value, std::initializer_list<std::string_view> names) {
+    return std::find(names.begin(), names.end(), value) != names.end();
+  };
+  require(one_of(options.type_name, {"float", "double", "int32", "int64"}),
           "-d: unknown type '" + options.type_name + "'; expected float, double, int32 or int64");
-  const std::vector<std::string> operations = {"sum", "max", "min", "mean"};
-  require(
-      std::find(operations.begin(), operations.end(), options.operation_name) != operations.end(),
-      "-o: unknown operation '" + options.operation_name + "'; expected sum, max, min or mean");
+  require(one_of(options.operation_name, {"sum", "max", "min", "mean"}),
+          "-o: unknown operation '" + options.operation_name + "'; expected sum, max, min or mean");
   return options;
 }
 
@@ -135,14 +134,10 @@ ReduceOperation reduce_operation(const std::string& name) {
 
 template <typename T>
 MPI_Datatype mpi_datatype() {
-  if constexpr (std::is_same_v<T, float>)
-    return MPI_FLOAT;
-  else if constexpr (std::is_same_v<T, double>)
-    return MPI_DOUBLE;
-  else if constexpr (std::is_same_v<T, std::int32_t>)
-    return MPI_INT32_T;
-  else
-    return MPI_INT64_T;
+  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
+  if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+  if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
+  return MPI_INT64_T;
 }
 
 void check_mpi(int status, const char* what) {
@@ -190,25 +185,24 @@ struct Measurement {
   std::int64_t wrong = 0;
 };
 
-// One way of reducing `count` elements: `in_place` steps reduce the receive buffer as it is;
-// the others read the send buffer (and must overwrite the receive buffer).
-struct Variant {
-  bool in_place;
-  std::function<void(std::int64_t count)> step;
-};
+// The four measured ways of reducing, in the order they run for each size.
+enum Variant { keras_out_of_place, keras_in_place, raw_out_of_place, raw_in_place, variant_count };
+bool is_in_place(int variant) { return variant == keras_in_place || variant == raw_in_place; }
 
 // Warmup, then the timed loop (average per iteration, the slowest rank's: a collective is only
 // done when its last rank is), then, with -c 1, one run on fresh inputs (the timed in-place runs
 // compounded the sums) whose wrong elements are summed over ranks.
-template <typename T>
-Measurement measure(const Variant& variant, std::int64_t count, const Options& options,
+template <typename T, typename Step>
+Measurement measure(int variant, const Step& step, std::int64_t count, const Options& options,
                     MPI_Comm communicator, const std::vector<T>& send, std::vector<T>& receive,
                     ReduceOperation operation, int size) {
-  for (std::int64_t iteration = 0; iteration < options.warmup_iterations; ++iteration)
-    variant.step(count);
+  for (std::int64_t iteration = 0; iteration < options.warmup_iterations; ++iteration) {
+    step(variant, count);
+  }
   check_mpi(MPI_Barrier(communicator), "MPI_Barrier");
   auto start = std::chrono::steady_clock::now();
-  for (std::int64_t iteration = 0; iteration < options.iterations; ++iteration) variant.step(count);
+  for (std::int64_t iteration = 0; iteration < options.iterations; ++iteration)
+    step(variant, count);
   double local =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
       static_cast<double>(options.iterations);
@@ -217,8 +211,8 @@ Measurement measure(const Variant& variant, std::int64_t count, const Options& o
             "MPI_Allreduce");
   if (options.check == 0) return result;
   std::fill(receive.begin(), receive.begin() + count, T{});  // 0 is never an expected value
-  if (variant.in_place) std::copy(send.begin(), send.begin() + count, receive.begin());
-  variant.step(count);
+  if (is_in_place(variant)) std::copy(send.begin(), send.begin() + count, receive.begin());
+  step(variant, count);
   std::int64_t wrong = count_wrong(receive.data(), count, operation, size);
   check_mpi(MPI_Allreduce(&wrong, &result.wrong, 1, MPI_INT64_T, MPI_SUM, communicator),
             "MPI_Allreduce");
@@ -227,7 +221,7 @@ Measurement measure(const Variant& variant, std::int64_t count, const Options& o
 
 struct Row {
   std::int64_t bytes, count;
-  Measurement keras_out_of_place, keras_in_place, raw_out_of_place, raw_in_place;
+  Measurement measurements[variant_count];
 };
 
 // GB/s (1e9 bytes per second) from bytes and microseconds.
@@ -254,9 +248,9 @@ void print_table(const char* title, const std::vector<Row>& rows, bool keras_col
     std::printf("%12lld  %12lld  %8s  %6s  %6d", static_cast<long long>(row.bytes),
                 static_cast<long long>(row.count), options.type_name.c_str(),
                 options.operation_name.c_str(), -1);
-    for (const Measurement& measurement :
-         keras_columns ? std::vector{row.keras_out_of_place, row.keras_in_place}
-                       : std::vector{row.raw_out_of_place, row.raw_in_place}) {
+    for (int variant : keras_columns ? std::vector{keras_out_of_place, keras_in_place}
+                                     : std::vector{raw_out_of_place, raw_in_place}) {
+      const Measurement& measurement = row.measurements[variant];
       double microseconds = measurement.microseconds;
       int decimals = microseconds >= 10000 ? 0 : microseconds >= 100 ? 1 : 2;  // nccl-tests' widths
       double algorithm = algorithm_bandwidth(row.bytes, microseconds);
@@ -295,54 +289,39 @@ int run(const Options& options, MpiCommunicator& keras_communicator) {
   for (std::int64_t index = 0; index < maximum_count; ++index) {
     send[static_cast<std::size_t>(index)] = static_cast<T>((rank + 1) * (index % 7 + 1));
   }
-  auto divide_for_mean = [&](std::int64_t count) {
+  // Our Communicator is in place only: out-of-place copies first, as a caller would.
+  auto step = [&](int variant, std::int64_t count) {
+    if (variant == keras_out_of_place)
+      std::copy(send.begin(), send.begin() + count, receive.begin());
+    if (variant == keras_out_of_place || variant == keras_in_place) {
+      keras_communicator.all_reduce(receive.data(), count, keras::dtype_of<T>::value, operation);
+      return;
+    }
+    const void* source = variant == raw_out_of_place ? send.data() : MPI_IN_PLACE;
+    check_mpi(MPI_Allreduce(source, receive.data(), static_cast<int>(count), mpi_datatype<T>(),
+                            mpi_operation, communicator),
+              "MPI_Allreduce");
     if (operation != ReduceOperation::mean) return;
-    for (std::int64_t index = 0; index < count; ++index)
-      receive[static_cast<std::size_t>(index)] /= static_cast<T>(size);
+    for (std::int64_t index = 0; index < count; ++index) {
+      receive[static_cast<std::size_t>(index)] /= static_cast<T>(size);  // as our Communicator
+    }
   };
-  const Variant keras_out_of_place{
-      false, [&](std::int64_t count) {
-        std::copy(send.begin(), send.begin() + count, receive.begin());
-        keras_communicator.all_reduce(receive.data(), count, keras::dtype_of<T>::value, operation);
-      }};
-  const Variant keras_in_place{true, [&](std::int64_t count) {
-                                 keras_communicator.all_reduce(
-                                     receive.data(), count, keras::dtype_of<T>::value, operation);
-                               }};
-  const Variant raw_out_of_place{
-      false, [&](std::int64_t count) {
-        check_mpi(MPI_Allreduce(send.data(), receive.data(), static_cast<int>(count),
-                                mpi_datatype<T>(), mpi_operation, communicator),
-                  "MPI_Allreduce");
-        divide_for_mean(count);
-      }};
-  const Variant raw_in_place{
-      true, [&](std::int64_t count) {
-        check_mpi(MPI_Allreduce(MPI_IN_PLACE, receive.data(), static_cast<int>(count),
-                                mpi_datatype<T>(), mpi_operation, communicator),
-                  "MPI_Allreduce");
-        divide_for_mean(count);
-      }};
 
   std::vector<Row> rows;
   for (std::int64_t bytes = options.minimum_bytes; bytes <= options.maximum_bytes;
        bytes = bytes > options.maximum_bytes / options.factor ? options.maximum_bytes + 1
                                                               : bytes * options.factor) {
     std::int64_t count = bytes / static_cast<std::int64_t>(sizeof(T));
-    auto measure_variant = [&](const Variant& variant) {
-      return measure<T>(variant, count, options, communicator, send, receive, operation, size);
-    };
-    Row row{count * static_cast<std::int64_t>(sizeof(T)), count, {}, {}, {}, {}};
-    row.keras_out_of_place = measure_variant(keras_out_of_place);
-    row.keras_in_place = measure_variant(keras_in_place);
-    row.raw_out_of_place = measure_variant(raw_out_of_place);
-    row.raw_in_place = measure_variant(raw_in_place);
+    Row row{count * static_cast<std::int64_t>(sizeof(T)), count, {}};
+    for (int variant = 0; variant < variant_count; ++variant) {
+      row.measurements[variant] =
+          measure<T>(variant, step, count, options, communicator, send, receive, operation, size);
+    }
     rows.push_back(row);
   }
   std::int64_t wrong = 0;  // already summed over ranks, so every rank agrees on the exit code
   for (const Row& row : rows) {
-    wrong += row.keras_out_of_place.wrong + row.keras_in_place.wrong + row.raw_out_of_place.wrong +
-             row.raw_in_place.wrong;
+    for (const Measurement& measurement : row.measurements) wrong += measurement.wrong;
   }
   if (rank != 0) return wrong > 0 ? 1 : 0;
 
@@ -369,8 +348,11 @@ int run(const Options& options, MpiCommunicator& keras_communicator) {
   std::printf("#\n# ratio keras-cpp / raw MPI busbw (goal >= 0.95 from 1 MiB)\n");
   std::printf("# %10s  %12s  %12s\n", "size (B)", "out-of-place", "in-place");
   for (const Row& row : rows) {
-    double out_of_place = row.raw_out_of_place.microseconds / row.keras_out_of_place.microseconds;
-    double in_place = row.raw_in_place.microseconds / row.keras_in_place.microseconds;
+    auto ratio = [&](int raw, int ours) {
+      return row.measurements[raw].microseconds / row.measurements[ours].microseconds;
+    };
+    double out_of_place = ratio(raw_out_of_place, keras_out_of_place);
+    double in_place = ratio(raw_in_place, keras_in_place);
     bool below_goal = row.bytes >= (1 << 20) && std::min(out_of_place, in_place) < 0.95;
     std::printf("%12lld  %12.3f  %12.3f%s\n", static_cast<long long>(row.bytes), out_of_place,
                 in_place, below_goal ? "  below 0.95" : "");

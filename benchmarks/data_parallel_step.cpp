@@ -53,6 +53,7 @@ double time_steps(keras::Sequential& model, const keras::Tensor& x, const keras:
                   const Options& options) {
   for (int i = 0; i < options.warmup; ++i) model.train_on_batch(x, y);
   std::vector<double> seconds;
+  double sync_seconds = 0;
   for (int i = 0; i < options.steps; ++i) {
     kd::world().barrier();
     auto begin = std::chrono::steady_clock::now();
@@ -60,6 +61,11 @@ double time_steps(keras::Sequential& model, const keras::Tensor& x, const keras:
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     kd::world().all_reduce(&elapsed, 1, keras::float64, kd::ReduceOperation::max);
     seconds.push_back(elapsed);
+    sync_seconds += model.last_gradient_sync_seconds();
+  }
+  if (sync_seconds > 0 && kd::process_id() == 0 && !options.json) {
+    std::printf("  (process 0 spent %.2f ms per step in gradient all-reduces)\n",
+                sync_seconds / options.steps * 1e3);
   }
   std::sort(seconds.begin(), seconds.end());
   return seconds[seconds.size() / 2];

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstring>
 
-#include "distribution/mpi/mpi_communicator.h"
 
 namespace keras::distribution {
 
@@ -12,7 +11,6 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
                                  std::vector<Tensor> variables, BucketOptions options)
     : group_(std::move(group)), variables_(std::move(variables)) {
   if (!group_) throw ValueError("GradientReducer: the process group is null");
-  mpi_ = dynamic_cast<MpiCommunicator*>(group_.get());
   bucket_of_.resize(variables_.size());
   received_.assign(variables_.size(), false);
   std::size_t cap = options.first_bucket_bytes;
@@ -53,9 +51,7 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
   }
 }
 
-GradientReducer::~GradientReducer() {
-  for (Bucket& bucket : buckets_) delete static_cast<MPI_Request*>(bucket.request);
-}
+GradientReducer::~GradientReducer() = default;
 
 bool GradientReducer::serves(const std::vector<Tensor>& variables) const {
   if (variables.size() != variables_.size()) return false;
@@ -67,18 +63,10 @@ bool GradientReducer::serves(const std::vector<Tensor>& variables) const {
 
 void GradientReducer::start(Bucket& bucket) {
   bucket.started = true;
-  if (mpi_ != nullptr) {
-    auto* request = static_cast<MPI_Request*>(bucket.request);
-    if (request == nullptr) {
-      request = new MPI_Request;
-      bucket.request = request;
-    }
-    *request = mpi_->start_all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(),
-                                      bucket.buffer.dtype());
-  } else {
-    group_->all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(), bucket.buffer.dtype(),
-                       ReduceOperation::sum);
-  }
+  auto begin = std::chrono::steady_clock::now();
+  group_->all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(), bucket.buffer.dtype(),
+                     ReduceOperation::sum);
+  communication_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
 }
 
 void GradientReducer::start_ready_buckets() {
@@ -116,11 +104,8 @@ void GradientReducer::finish() {
     gradient_ready(variable);
   }
   start_ready_buckets();
-  auto begin = std::chrono::steady_clock::now();
-  for (Bucket& bucket : buckets_) {
-    if (mpi_ != nullptr) mpi_->wait(*static_cast<MPI_Request*>(bucket.request), "all_reduce (gradient bucket)");
-  }
-  last_wait_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  last_communication_seconds_ = communication_seconds_;
+  communication_seconds_ = 0;
   for (Bucket& bucket : buckets_) {
     for (std::size_t member = 0; member < bucket.members.size(); ++member) {
       Tensor& variable = variables_[bucket.members[member]];

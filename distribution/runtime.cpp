@@ -1,11 +1,14 @@
 // initialize(), devices, the world communicator.
 #include "distribution/runtime.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 
 #include "distribution/mpi/mpi_communicator.h"
@@ -115,6 +118,13 @@ void initialize(std::optional<std::string> job_addresses, std::optional<int> num
       // Only the main thread calls MPI (our pool's workers never do).
       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
       std::atexit(finalize_at_exit);
+      // OpenMPI allocates and frees temporary buffers inside large collectives. With glibc's
+      // defaults those come from mmap and go back to the kernel on free, so every call faults
+      // its pages in again (about 14 us per 4 KiB page here): a 7.45 MB all-reduce took 4.1 ms
+      // instead of 1.2 ms, and 64 MiB fell to about a third of the 16 MiB bandwidth. Serve every
+      // block from the heap (no mmap at all) and never trim it.
+      mallopt(M_MMAP_MAX, 0);
+      mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
     }
     auto communicator = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, "world", false);
     if (num_processes_arg && *num_processes_arg != communicator->size()) {

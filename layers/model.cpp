@@ -123,6 +123,10 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
   return result;
 }
 
+double Model::last_gradient_sync_seconds() const {
+  return gradient_reducer_ ? gradient_reducer_->last_communication_seconds() : 0.0;
+}
+
 double Model::train_on_batch(const Tensor& x, const Tensor& y) {
   check_compiled("train_on_batch");
   check_data(x, y, "train_on_batch");

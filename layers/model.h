@@ -85,6 +85,9 @@ class Model : public Layer {
   void save_weights(const std::string& path);
   void load_weights(const std::string& path);
 
+  // Seconds the last training step spent in gradient all-reduces (0 without data parallelism).
+  double last_gradient_sync_seconds() const;
+
   // Set by callbacks (EarlyStopping) to end fit() after the current epoch.
   bool stop_training = false;
   optimizers::Optimizer& optimizer();

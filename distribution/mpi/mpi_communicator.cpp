@@ -117,21 +117,10 @@ void MpiCommunicator::all_reduce(void* data, std::int64_t count, DType dtype,
   const char* what = "all_reduce";
   int n = check_count(count, what);
   check_signature(kAllReduce * 10 + static_cast<int>(operation), dtype, count, what);
-  MPI_Request request;
-  check(MPI_Iallreduce(MPI_IN_PLACE, data, n, mpi_type(dtype, what), mpi_operation(operation),
-                       communicator_, &request),
+  check(MPI_Allreduce(MPI_IN_PLACE, data, n, mpi_type(dtype, what), mpi_operation(operation),
+                      communicator_),
         what);
-  wait(request, what);
   if (operation == ReduceOperation::mean) divide(data, count, dtype, size_);
-}
-
-MPI_Request MpiCommunicator::start_all_reduce(void* data, std::int64_t count, DType dtype) {
-  const char* what = "all_reduce (gradient bucket)";
-  MPI_Request request;
-  check(MPI_Iallreduce(MPI_IN_PLACE, data, check_count(count, what), mpi_type(dtype, what),
-                       MPI_SUM, communicator_, &request),
-        what);
-  return request;
 }
 
 void MpiCommunicator::all_gather(const void* send, void* receive, std::int64_t count,
@@ -139,11 +128,9 @@ void MpiCommunicator::all_gather(const void* send, void* receive, std::int64_t c
   const char* what = "all_gather";
   int n = check_count(count, what);
   check_signature(kAllGather * 10, dtype, count, what);
-  MPI_Request request;
-  check(MPI_Iallgather(send == receive ? MPI_IN_PLACE : send, n, mpi_type(dtype, what), receive, n,
-                       mpi_type(dtype, what), communicator_, &request),
+  check(MPI_Allgather(send == receive ? MPI_IN_PLACE : send, n, mpi_type(dtype, what), receive, n,
+                      mpi_type(dtype, what), communicator_),
         what);
-  wait(request, what);
 }
 
 void MpiCommunicator::reduce_scatter(const void* send, void* receive, std::int64_t count,
@@ -151,11 +138,9 @@ void MpiCommunicator::reduce_scatter(const void* send, void* receive, std::int64
   const char* what = "reduce_scatter";
   int n = check_count(count, what);
   check_signature(kReduceScatter * 10 + static_cast<int>(operation), dtype, count, what);
-  MPI_Request request;
-  check(MPI_Ireduce_scatter_block(send, receive, n, mpi_type(dtype, what), mpi_operation(operation),
-                                  communicator_, &request),
+  check(MPI_Reduce_scatter_block(send, receive, n, mpi_type(dtype, what), mpi_operation(operation),
+                                 communicator_),
         what);
-  wait(request, what);
   if (operation == ReduceOperation::mean) divide(receive, count, dtype, size_);
 }
 
@@ -167,9 +152,7 @@ void MpiCommunicator::broadcast(void* data, std::int64_t count, DType dtype, int
   }
   int n = check_count(count, what);
   check_signature(kBroadcast * 10 + root, dtype, count, what);
-  MPI_Request request;
-  check(MPI_Ibcast(data, n, mpi_type(dtype, what), root, communicator_, &request), what);
-  wait(request, what);
+  check(MPI_Bcast(data, n, mpi_type(dtype, what), root, communicator_), what);
 }
 
 void MpiCommunicator::barrier() {

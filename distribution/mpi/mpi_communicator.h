@@ -1,8 +1,10 @@
-// Communicator over an MPI communicator (OpenMPI). Collectives are issued non-blocking and
-// waited for with a deadline, so a rank that never joins produces an error naming the
-// operation and the group rather than a hang. Before each collective the ranks exchange its
-// signature (operation, dtype, element count) in one tiny all-reduce, so a rank that issues a
-// different collective is reported with both sides' values (Horovod checks the same things).
+// Communicator over an MPI communicator (OpenMPI). Before each collective the ranks exchange
+// its signature (operation, dtype, element count) in one tiny non-blocking all-reduce waited for
+// with a deadline: a rank that never arrives gives an error naming the operation and the group
+// instead of a hang, and a rank that issues a different collective is reported with the values
+// on both sides (Horovod checks the same things). Once every rank has arrived the data moves
+// with the blocking collective: OpenMPI's blocking MPI_Allreduce moved the 7.45 MB of MLP
+// gradients in 1.2 ms here where its non-blocking MPI_Iallreduce took 2.8-3.4 ms (2 processes).
 #pragma once
 #include <mpi.h>
 
@@ -33,13 +35,11 @@ class MpiCommunicator : public Communicator {
   using Communicator::broadcast;
   using Communicator::reduce_scatter;
 
-  // Signature checks cost one 48-byte all-reduce per collective; on by default.
+  // Signature checks cost one 48-byte all-reduce per collective; on by default. Without them a
+  // missing rank hangs the others (there is no deadline on the blocking collective).
   void set_signature_checks(bool enabled) { signature_checks_ = enabled; }
   MPI_Comm handle() const { return communicator_; }
 
-  // Starts a non-blocking all-reduce on a buffer (no signature check): the gradient reducer's
-  // building block for overlapping communication with the backward pass.
-  MPI_Request start_all_reduce(void* data, std::int64_t count, DType dtype);
   // Waits for `request` with this group's deadline; `what` names it in the error.
   void wait(MPI_Request& request, const char* what);
 
