@@ -38,10 +38,20 @@ void DataParallelContext::sum(std::vector<double>& values) const {
 void DataParallelContext::check_same(const std::vector<std::int64_t>& values,
                                      const char* what) const {
   if (!distributed()) return;
-  std::vector<std::int64_t> low = values, high = values;
-  auto count = static_cast<std::int64_t>(values.size());
-  group_->all_reduce(low.data(), count, DType::int64, distribution::ReduceOperation::min);
-  group_->all_reduce(high.data(), count, DType::int64, distribution::ReduceOperation::max);
+  // One max-reduction of (v, -v) gives both the largest and the smallest value of each entry.
+  std::size_t n = values.size();
+  std::vector<std::int64_t> both(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    both[i] = values[i];
+    both[n + i] = -values[i];
+  }
+  group_->all_reduce(both.data(), static_cast<std::int64_t>(both.size()), DType::int64,
+                     distribution::ReduceOperation::max);
+  std::vector<std::int64_t> low(n), high(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    high[i] = both[i];
+    low[i] = -both[n + i];
+  }
   if (low != high) {
     std::string mine, range;
     for (std::size_t i = 0; i < values.size(); ++i) {
