@@ -174,6 +174,23 @@ std::shared_ptr<Distribution> distribution() {
   return global_distribution;
 }
 
+std::shared_ptr<Communicator> mesh_axis_group(const DeviceMesh& mesh,
+                                              const std::string& axis_name) {
+  int axis = mesh.axis_index(axis_name);
+  if (mesh.size() != num_processes()) {
+    throw ValueError(str("mesh_axis_group: ", mesh.to_string(), " has ", mesh.size(),
+                         " devices but there are ", num_processes(), " processes; the mesh must "
+                         "have one device per process"));
+  }
+  std::vector<std::int64_t> coordinates = mesh.coordinates(process_id());
+  int key = static_cast<int>(coordinates[axis]);
+  coordinates[axis] = 0;
+  std::int64_t color = 0;  // row-major index of the coordinates with the axis removed
+  for (std::size_t d = 0; d < coordinates.size(); ++d) color = color * mesh.shape()[d] + coordinates[d];
+  return world().split(static_cast<int>(color), key,
+                       str("mesh axis '", axis_name, "' (group ", color, ")"));
+}
+
 Tensor distribute_tensor(const Tensor& tensor, const TensorLayoutPtr& layout) {
   if (!layout || layout->is_replicated()) return tensor;
   auto [starts, sizes] = layout->shard_of(tensor.shape(), process_id());

@@ -114,6 +114,11 @@ std::int64_t data_shard_id_for(std::int64_t num_model_replicas, int num_processe
 void set_distribution(std::shared_ptr<Distribution> value);
 std::shared_ptr<Distribution> distribution();
 
+// The processes that differ only in their coordinate along `axis_name` of `mesh` (one device
+// per process, device index = process id): the group a collective over that mesh axis runs on.
+// Collective: every process must call it, with the same mesh and axis.
+std::shared_ptr<Communicator> mesh_axis_group(const DeviceMesh& mesh, const std::string& axis_name);
+
 // This process's shard of a full tensor under `layout` (device index = process id); the tensor
 // itself when the layout is null or replicates it.
 Tensor distribute_tensor(const Tensor& tensor, const TensorLayoutPtr& layout);

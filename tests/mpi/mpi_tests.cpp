@@ -74,6 +74,23 @@ TEST(MpiCollectives, SubGroupsFromSplit) {
   EXPECT_EQ(group->name(), "parity group");
 }
 
+TEST(MpiCollectives, OneGroupPerMeshAxis) {
+  if (size() != 4) GTEST_SKIP() << "needs 4 processes for a (2, 2) mesh";
+  kd::DeviceMesh mesh({2, 2}, {"batch", "model"});
+  auto model_group = kd::mesh_axis_group(mesh, "model");  // {0, 1} and {2, 3}
+  auto batch_group = kd::mesh_axis_group(mesh, "batch");  // {0, 2} and {1, 3}
+  Tensor in_model = Tensor::full({1}, rank());
+  model_group->all_reduce(in_model);
+  EXPECT_EQ(in_model.item(), rank() < 2 ? 1.0 : 5.0);
+  Tensor in_batch = Tensor::full({1}, rank());
+  batch_group->all_reduce(in_batch);
+  EXPECT_EQ(in_batch.item(), rank() % 2 == 0 ? 2.0 : 4.0);
+  EXPECT_EQ(model_group->rank(), rank() % 2);
+  EXPECT_EQ(batch_group->rank(), rank() / 2);
+  expect_throw_with<ValueError>([] { kd::mesh_axis_group(kd::DeviceMesh({4}, {"batch"}), "model"); },
+                                "'model' is not an axis");
+}
+
 TEST(MpiErrors, MismatchedCollectiveIsAnErrorOnEveryRank) {
   kd::Communicator& world = kd::world();
   std::vector<float> data(rank() == 0 ? 4 : 8, 1.0f);
