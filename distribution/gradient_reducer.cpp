@@ -106,17 +106,13 @@ void GradientReducer::finish() {
   start_ready_buckets();
   last_communication_seconds_ = communication_seconds_;
   communication_seconds_ = 0;
+  // Each gradient becomes a view of its slice of the bucket (DDP's gradient_as_bucket_view):
+  // no copy back and no new allocation; the next step's zero_grad drops the views before the
+  // bucket is refilled.
   for (Bucket& bucket : buckets_) {
     for (std::size_t member = 0; member < bucket.members.size(); ++member) {
       Tensor& variable = variables_[bucket.members[member]];
-      // A fresh tensor: backward may hand the same gradient tensor to several variables
-      // (a + b gives both the same one), so writing into grad() in place could alias.
-      Tensor gradient = Tensor::empty(variable.shape(), variable.dtype());
-      variable.set_grad(gradient);
-      std::memcpy(gradient.raw_data(),
-                  static_cast<const char*>(bucket.buffer.raw_data()) +
-                      bucket.offsets[member] * dtype_size(bucket.buffer.dtype()),
-                  gradient.nbytes());
+      variable.set_grad(Tensor::view_of(bucket.buffer, bucket.offsets[member], variable.shape()));
     }
     bucket.ready = 0;
     bucket.started = false;

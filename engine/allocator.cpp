@@ -91,7 +91,17 @@ Storage::Storage(std::size_t bytes, Device device) : bytes_(bytes), device_(devi
   data_ = system_allocate(capacity_, device);
 }
 
+Storage::Storage(std::shared_ptr<Storage> parent, std::size_t offset, std::size_t bytes)
+    : bytes_(bytes), device_(parent->device()), parent_(std::move(parent)) {
+  if (offset + bytes > parent_->bytes()) {
+    throw ValueError(str("storage view of ", bytes, " bytes at offset ", offset,
+                         " does not fit in a storage of ", parent_->bytes(), " bytes"));
+  }
+  data_ = static_cast<char*>(parent_->data()) + offset;
+}
+
 Storage::~Storage() {
+  if (parent_) return;  // a view owns nothing
   Pool& pool = pool_for(device_);
   std::lock_guard lock(pool.mutex);
   pool.free_blocks[capacity_].push_back(data_);

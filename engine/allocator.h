@@ -14,6 +14,9 @@ namespace keras {
 class Storage {
  public:
   Storage(std::size_t bytes, Device device);
+  // A view of `bytes` bytes of `parent` starting at `offset`: shares (and keeps alive) the
+  // parent's memory, returns nothing to the pool.
+  Storage(std::shared_ptr<Storage> parent, std::size_t offset, std::size_t bytes);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -27,6 +30,7 @@ class Storage {
   std::size_t bytes_ = 0;
   std::size_t capacity_ = 0;
   Device device_;
+  std::shared_ptr<Storage> parent_;  // set for views
 };
 
 struct AllocatorStats {

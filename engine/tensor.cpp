@@ -65,6 +65,23 @@ Tensor Tensor::arange(std::int64_t count, DType dtype) {
   return dtype == int64 ? out : out.astype(dtype);
 }
 
+Tensor Tensor::view_of(const Tensor& base, std::int64_t offset, const Shape& shape) {
+  base.check_defined("Tensor::view_of");
+  check_valid_shape(shape, "Tensor::view_of");
+  if (offset < 0 || offset + shape_size(shape) > base.size()) {
+    throw ValueError(str("Tensor::view_of: elements [", offset, ", ", offset + shape_size(shape),
+                         ") are outside a tensor of ", base.size(), " elements"));
+  }
+  std::size_t element = dtype_size(base.dtype());
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(base.impl()->storage,
+                                            static_cast<std::size_t>(offset) * element,
+                                            static_cast<std::size_t>(shape_size(shape)) * element);
+  impl->shape = shape;
+  impl->dtype = base.dtype();
+  return Tensor(std::move(impl));
+}
+
 void Tensor::check_defined(const char* what) const {
   if (!impl_) throw ValueError(str(what, " was called on an undefined (empty-handle) Tensor"));
 }

@@ -44,6 +44,9 @@ class Tensor {
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape);
   // 0, 1, …, count-1 as int64 (or `dtype`).
   static Tensor arange(std::int64_t count, DType dtype = int64);
+  // A tensor of `shape` whose data are elements [offset, offset + size) of `base`'s data
+  // (no copy; writes through either are seen by both).
+  static Tensor view_of(const Tensor& base, std::int64_t offset, const Shape& shape);
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const;
