@@ -91,6 +91,31 @@ TEST(MpiCollectives, OneGroupPerMeshAxis) {
                                 "'model' is not an axis");
 }
 
+TEST(MpiDistributions, ReplicaCountsAndShardsAcrossProcesses) {
+  auto devices = [](int count) {
+    std::vector<std::string> names;
+    for (int i = 0; i < count; ++i) names.push_back("cpu:" + std::to_string(i));
+    return names;
+  };
+  kd::DataParallel data_parallel;
+  EXPECT_EQ(data_parallel.num_processes(), size());
+  EXPECT_TRUE(data_parallel.is_multi_process());
+  EXPECT_EQ(data_parallel.num_model_replicas(), size());
+  EXPECT_EQ(data_parallel.data_shard_id(), rank());
+  if (size() == 4) {
+    auto uneven = std::make_shared<kd::LayoutMap>(std::make_shared<kd::DeviceMesh>(
+        std::vector<std::int64_t>{3, 2}, std::vector<std::string>{"batch", "model"}, devices(6)));
+    expect_throw_with<ValueError>([&] { kd::ModelParallel parallel(uneven); },
+                                  "num_processes=4, num_model_replicas=3");
+    auto pairs = std::make_shared<kd::LayoutMap>(std::make_shared<kd::DeviceMesh>(
+        std::vector<std::int64_t>{2, 2}, std::vector<std::string>{"batch", "model"}, devices(4)));
+    kd::ModelParallel parallel(pairs);
+    EXPECT_EQ(parallel.num_model_replicas(), 2);
+    EXPECT_EQ(parallel.num_data_shards(), 2);
+    EXPECT_EQ(parallel.data_shard_id(), rank() / 2);  // contiguous replica groups
+  }
+}
+
 TEST(MpiErrors, MismatchedCollectiveIsAnErrorOnEveryRank) {
   kd::Communicator& world = kd::world();
   std::vector<float> data(rank() == 0 ? 4 : 8, 1.0f);
