@@ -45,6 +45,25 @@ std::vector<std::int64_t> permutation(std::int64_t count, bool shuffle, std::mt1
   return order;
 }
 
+// Keras' logs for the samples seen so far by all processes: each process's (sum, count) of the
+// loss and of every metric are added across the data-parallel group, then divided.
+Logs global_logs(const DataParallelContext& context, double loss_sum, double seen,
+                 const std::vector<metrics::MetricPtr>& metrics) {
+  std::vector<double> totals = {loss_sum, seen};
+  for (const auto& metric : metrics) {
+    totals.push_back(metric->sum());
+    totals.push_back(metric->count());
+  }
+  context.sum(totals);
+  Logs logs;
+  logs["loss"] = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
+  for (std::size_t m = 0; m < metrics.size(); ++m) {
+    double count = totals[3 + 2 * m];
+    logs[metrics[m]->name()] = count > 0 ? totals[2 + 2 * m] / count : 0.0;
+  }
+  return logs;
+}
+
 }  // namespace
 
 Model::Model(const std::string& name, const std::string& default_prefix)
@@ -209,18 +228,7 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
         for (const auto& metric : epoch_metrics) metric->update(y_batch, result.predictions);
       }
       // Logs are means over the global batch: sum (value, count) pairs across processes.
-      std::vector<double> totals = {loss_sum, seen};
-      for (const auto& metric : epoch_metrics) {
-        totals.push_back(metric->sum());
-        totals.push_back(metric->count());
-      }
-      context.sum(totals);
-      logs.clear();
-      logs["loss"] = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
-      for (std::size_t m = 0; m < epoch_metrics.size(); ++m) {
-        double metric_count = totals[3 + 2 * m];
-        logs[epoch_metrics[m]->name()] = metric_count > 0 ? totals[2 + 2 * m] / metric_count : 0.0;
-      }
+      logs = global_logs(context, loss_sum, seen, epoch_metrics);
       for (const CallbackPtr& callback : options.callbacks) {
         callback->on_train_batch_end(*this, step, logs);
       }
@@ -276,17 +284,7 @@ std::map<std::string, double> Model::run_evaluation(const Tensor& x, const Tenso
       seen += count;
       for (const auto& metric : batch_metrics) metric->update(y_batch, predictions);
     }
-    std::vector<double> totals = {loss_sum, seen};
-    for (const auto& metric : batch_metrics) {
-      totals.push_back(metric->sum());
-      totals.push_back(metric->count());
-    }
-    context.sum(totals);
-    results["loss"] = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
-    for (std::size_t m = 0; m < batch_metrics.size(); ++m) {
-      double metric_count = totals[3 + 2 * m];
-      results[batch_metrics[m]->name()] = metric_count > 0 ? totals[2 + 2 * m] / metric_count : 0.0;
-    }
+    results = global_logs(context, loss_sum, seen, batch_metrics);
     if (verbose == 1) bar.update(step + 1, results, step + 1 == steps);
   }
   if (verbose == 2) bar.update(steps, results, true);
