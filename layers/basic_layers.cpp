@@ -3,6 +3,7 @@
 
 #include "engine/errors.h"
 #include "engine/ops.h"
+#include "layers/global_batch.h"
 
 namespace keras::layers {
 
@@ -22,7 +23,18 @@ Tensor Dropout::call(const Tensor& inputs, bool training) {
   if (!training || rate_ == 0.0) return inputs;
   // A fresh Philox key per call, derived from the layer seed: reproducible, never repeating.
   RandomSpec spec{RandomDistribution::uniform, 0.0, 1.0, seed_ + 0x9E3779B97F4A7C15ull * ++calls_};
-  Tensor uniform = ops::random(spec, inputs.shape(), inputs.dtype(), inputs.device());
+  Tensor uniform;
+  const GlobalBatchRows* rows = global_batch_rows();
+  if (rows != nullptr && inputs.rank() > 0 && inputs.dim(0) == rows->local) {
+    // Data parallel: this process's rows of the mask one process would draw for the global batch.
+    Shape full = inputs.shape();
+    full[0] = rows->total;
+    Shape starts(inputs.shape().size(), 0);
+    starts[0] = rows->offset;
+    uniform = ops::random_slice(spec, full, starts, inputs.shape(), inputs.dtype(), inputs.device());
+  } else {
+    uniform = ops::random(spec, inputs.shape(), inputs.dtype(), inputs.device());
+  }
   Tensor keep = ops::cast(ops::greater_equal(uniform, ops::scalar_like(uniform, rate_)),
                           inputs.dtype());
   return inputs * keep * (1.0 / (1.0 - rate_));

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <random>
 
 #include "engine/errors.h"
@@ -11,6 +12,7 @@
 #include "distribution/gradient_reducer.h"
 #include "distribution/runtime.h"
 #include "layers/data_parallel_context.h"
+#include "layers/global_batch.h"
 #include "layers/progress_bar.h"
 
 namespace keras {
@@ -18,6 +20,11 @@ namespace {
 
 Tensor rows(const Tensor& data, const std::vector<std::int64_t>& order, std::int64_t begin,
             std::int64_t end) {
+  if (begin == end) {  // a process's empty share of a small last batch
+    Shape sizes = data.shape();
+    sizes[0] = 0;
+    return ops::slice(data, Shape(data.rank(), 0), sizes);
+  }
   bool contiguous = true;
   for (std::int64_t i = begin; contiguous && i < end; ++i) contiguous = order[i] == order[begin] + (i - begin);
   if (contiguous) {
@@ -109,27 +116,29 @@ void Model::check_data(const Tensor& x, const Tensor& y, const char* what) const
 }
 
 Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double loss_scale,
-                                     bool distributed) {
+                                     bool distributed, const GlobalBatchRows* rows) {
   std::vector<Tensor> variables = trainable_weights();
   for (Tensor& variable : variables) variable.zero_grad();
   StepResult result{0.0, Tensor()};
   Tensor loss;
-  if (x.dim(0) > 0) {  // a process may get no rows of a dataset's last, small batch
+  {
+    std::optional<GlobalBatchScope> scope;
+    if (rows != nullptr) scope.emplace(*rows);
+    // Runs even on zero rows (a process may get none of a dataset's last, small batch): every
+    // process then makes the same calls, so per-call state (Dropout's key) stays in step.
     Tensor predictions = (*this)(x, /*training=*/true);
     loss = (*loss_)(y, predictions);
-    result = {loss.item(), predictions.detach()};
+    result = {x.dim(0) > 0 ? loss.item() : 0.0, predictions.detach()};
   }
   if (distributed) {
     if (!gradient_reducer_ || !gradient_reducer_->serves(variables)) {
       gradient_reducer_ = std::make_shared<distribution::GradientReducer>(
           distribution::world_pointer(), variables);
     }
-    if (loss.defined()) {
-      Tensor scaled = loss * loss_scale;
-      // Buckets start their all-reduce while the rest of the backward pass runs.
-      keras::backward({scaled}, {Tensor::ones({}, scaled.dtype())},
-                      [this](const Tensor& leaf) { gradient_reducer_->gradient_ready(leaf); });
-    }
+    Tensor scaled = loss * loss_scale;
+    // Buckets start their all-reduce while the rest of the backward pass runs.
+    keras::backward({scaled}, {Tensor::ones({}, scaled.dtype())},
+                    [this](const Tensor& leaf) { gradient_reducer_->gradient_ready(leaf); });
     gradient_reducer_->finish();
   } else {
     loss.backward();
@@ -162,7 +171,9 @@ double Model::train_on_batch(const Tensor& x, const Tensor& y) {
     y_local = rows(y, order, begin, end);
   }
   double scale = rows_total > 0 ? double(end - begin) / double(rows_total) : 1.0;
-  StepResult result = train_step(x_local, y_local, scale, context.distributed());
+  GlobalBatchRows rows{rows_total, begin, end - begin};
+  StepResult result = train_step(x_local, y_local, scale, context.distributed(),
+                                 context.distributed() ? &rows : nullptr);
   std::vector<double> totals = {result.loss * double(end - begin), double(end - begin)};
   context.sum(totals);
   return totals[1] > 0 ? totals[0] / totals[1] : 0.0;
@@ -220,7 +231,9 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
         y_batch = rows(y, order, begin, end);
       }
       double scale = double(end - begin) / double(global_end - global_begin);
-      StepResult result = train_step(x_batch, y_batch, scale, context.distributed());
+      GlobalBatchRows rows{global_end - global_begin, begin - global_begin, end - begin};
+      StepResult result = train_step(x_batch, y_batch, scale, context.distributed(),
+                                     context.distributed() ? &rows : nullptr);
       auto count = static_cast<double>(end - begin);
       loss_sum += result.loss * count;
       seen += count;

@@ -13,6 +13,7 @@
 #include "engine/optimizers.h"
 #include "layers/callbacks.h"
 #include "layers/layer.h"
+#include "layers/global_batch.h"
 #include "layers/metrics.h"
 
 namespace keras::distribution {
@@ -102,7 +103,9 @@ class Model : public Layer {
   // One optimisation step on this process's rows of a global batch; `loss_scale` is
   // local_rows / global_rows under data parallelism (1 otherwise), see
   // layers/data_parallel_context.h.
-  StepResult train_step(const Tensor& x, const Tensor& y, double loss_scale, bool distributed);
+  // `rows` places this process's rows in the global batch (null without data parallelism).
+  StepResult train_step(const Tensor& x, const Tensor& y, double loss_scale, bool distributed,
+                        const GlobalBatchRows* rows);
   std::map<std::string, double> run_evaluation(const Tensor& x, const Tensor& y,
                                                std::int64_t batch_size, int verbose);
 

@@ -158,12 +158,16 @@ Dataset make_dataset(std::int64_t count) {
 }
 
 std::vector<std::vector<double>> train(bool data_parallel, const std::string& optimizer,
-                                       std::map<std::string, double>* evaluation) {
+                                       std::map<std::string, double>* evaluation,
+                                       std::int64_t samples = 202, bool dropout = false) {
   clear_session();
   kd::set_distribution(data_parallel ? std::make_shared<kd::DataParallel>() : nullptr);
   set_random_seed(2024);
-  Dataset data = make_dataset(202);  // 202 = 6 batches of 32 + 10: a partial last batch
-  Sequential model({layers::Dense(16, "relu"), layers::Dense(8, "tanh"), layers::Dense(3)});
+  // 202 = 6 batches of 32 + 10: a partial last batch, split unevenly over 4 processes.
+  Dataset data = make_dataset(samples);
+  std::vector<AnyLayer> stack = {layers::Dense(16, "relu"), layers::Dense(8, "tanh"), layers::Dense(3)};
+  if (dropout) stack.insert(stack.begin() + 1, layers::Dropout(0.3));
+  Sequential model(stack);
   if (optimizer == "adam") {
     model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true), {"accuracy"});
   } else {
@@ -178,10 +182,11 @@ std::vector<std::vector<double>> train(bool data_parallel, const std::string& op
   return weights;
 }
 
-void expect_same_training(const std::string& optimizer) {
+void expect_same_training(const std::string& optimizer, std::int64_t samples = 202,
+                          bool dropout = false) {
   std::map<std::string, double> single_evaluation, parallel_evaluation;
-  auto single = train(false, optimizer, &single_evaluation);
-  auto parallel = train(true, optimizer, &parallel_evaluation);
+  auto single = train(false, optimizer, &single_evaluation, samples, dropout);
+  auto parallel = train(true, optimizer, &parallel_evaluation, samples, dropout);
   ASSERT_EQ(single.size(), parallel.size());
   for (std::size_t w = 0; w < single.size(); ++w) {
     keras::testing::expect_close(parallel[w], single[w], 1e-5,
@@ -199,6 +204,10 @@ void expect_same_training(const std::string& optimizer) {
 
 TEST(DataParallelTraining, MatchesOneProcessWithSgdNesterov) { expect_same_training("sgd"); }
 TEST(DataParallelTraining, MatchesOneProcessWithAdam) { expect_same_training("adam"); }
+// 66 samples: the last batch has 2 rows, so with 4 processes two of them get none.
+TEST(DataParallelTraining, MatchesOneProcessWithDropoutAndEmptyShares) {
+  expect_same_training("adam", 66, /*dropout=*/true);
+}
 
 TEST(DataParallelTraining, DifferentArgumentsOnOneRankAreAnError) {
   clear_session();
