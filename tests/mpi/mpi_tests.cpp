@@ -116,6 +116,23 @@ TEST(MpiDistributions, ReplicaCountsAndShardsAcrossProcesses) {
   }
 }
 
+TEST(MpiDistributions, DistributeTensorGivesEachProcessItsShard) {
+  auto mesh = std::make_shared<kd::DeviceMesh>(std::vector<std::int64_t>{size()},
+                                               std::vector<std::string>{"batch"});
+  Tensor full = Tensor::arange(size() * 3, float32);
+  auto rows = std::make_shared<kd::TensorLayout>(std::vector<kd::TensorLayout::Axis>{"batch"}, mesh);
+  Tensor mine = kd::distribute_tensor(full, rows);
+  EXPECT_EQ(mine.to_vector<float>(),
+            ops::slice(full, {rank() * 3}, {3}).to_vector<float>());
+  auto replicated = std::make_shared<kd::TensorLayout>(std::vector<kd::TensorLayout::Axis>{std::nullopt}, mesh);
+  EXPECT_TRUE(kd::distribute_tensor(full, replicated).same_as(full));
+  // Gathering the shards gives the full tensor back (saved weights are full tensors).
+  Tensor gathered = kd::world().all_gather(mine);
+  EXPECT_EQ(ops::reshape(gathered, {-1}).to_vector<float>(), full.to_vector<float>());
+  expect_throw_with<ValueError>([&] { kd::distribute_tensor(Tensor::arange(size() * 3 + 1, float32), rows); },
+                                "cannot be split evenly");
+}
+
 TEST(MpiErrors, MismatchedCollectiveIsAnErrorOnEveryRank) {
   kd::Communicator& world = kd::world();
   std::vector<float> data(rank() == 0 ? 4 : 8, 1.0f);
