@@ -1,4 +1,4 @@
-// Variable creation (see the header for the seam this is).
+// Variable creation under the global distribution (see the header).
 #include "layers/variable_creation.h"
 
 #include "distribution/distribution.h"
