@@ -2,6 +2,7 @@
 #include "distribution/gradient_reducer.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cstring>
 
 
@@ -18,6 +19,11 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
     const Tensor& variable = variables_[position];
     index_of_[variable.impl()] = position;
     std::size_t bytes = variable.nbytes();
+    if (bytes >= options.in_place_bytes) {
+      in_place_.push_back(position);
+      bucket_of_[position] = kInPlace;
+      continue;
+    }
     bool new_bucket = buckets_.empty() || buckets_.back().buffer.dtype() != variable.dtype();
     if (!new_bucket) {
       const Bucket& last = buckets_.back();
@@ -38,8 +44,9 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
   }
   // The same model on every rank gives the same buckets; check it once with a verified
   // collective, so a mismatch is an error now rather than a hang or garbage later.
-  std::int64_t layout[2] = {static_cast<std::int64_t>(buckets_.size()), 0};
+  std::int64_t layout[2] = {static_cast<std::int64_t>(buckets_.size() + in_place_.size()), 0};
   for (const Bucket& bucket : buckets_) layout[1] += bucket.buffer.size();
+  for (std::size_t position : in_place_) layout[1] += variables_[position].size();
   std::int64_t low[2] = {layout[0], layout[1]}, high[2] = {layout[0], layout[1]};
   group_->all_reduce(low, 2, DType::int64, ReduceOperation::min);
   group_->all_reduce(high, 2, DType::int64, ReduceOperation::max);
@@ -84,6 +91,7 @@ void GradientReducer::gradient_ready(const Tensor& variable) {
   std::size_t position = found->second;
   if (received_[position]) return;
   received_[position] = true;
+  if (bucket_of_[position] == kInPlace) return;  // reduced in place by finish()
   Bucket& bucket = buckets_[bucket_of_[position]];
   std::size_t member = 0;
   while (bucket.members[member] != position) ++member;
@@ -104,6 +112,24 @@ void GradientReducer::finish() {
     gradient_ready(variable);
   }
   start_ready_buckets();
+  // Large gradients: all-reduced in place, now that backward no longer reads any gradient.
+  // A gradient rule may hand one tensor to several inputs (a + b gives both the same), so a
+  // gradient whose data another variable's gradient already uses is copied first.
+  std::vector<const void*> reduced;
+  for (std::size_t position : in_place_) {
+    Tensor& variable = variables_[position];
+    Tensor gradient = variable.grad();
+    bool shared = std::find(reduced.begin(), reduced.end(), gradient.raw_data()) != reduced.end();
+    if (shared) {
+      gradient = gradient.clone();
+      variable.set_grad(gradient);
+    }
+    reduced.push_back(gradient.raw_data());
+    auto begin = std::chrono::steady_clock::now();
+    group_->all_reduce(gradient.raw_data(), gradient.size(), gradient.dtype(), ReduceOperation::sum);
+    communication_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  }
   last_communication_seconds_ = communication_seconds_;
   communication_seconds_ = 0;
   // Each gradient becomes a view of its slice of the bucket (DDP's gradient_as_bucket_view):

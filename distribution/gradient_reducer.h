@@ -20,6 +20,10 @@ namespace keras::distribution {
 struct BucketOptions {
   std::size_t first_bucket_bytes = 1 << 20;
   std::size_t bucket_cap_bytes = 25 << 20;
+  // Gradients at least this large skip the bucket and are all-reduced in place at the end of
+  // backward: copying the MLP's 7.45 MB of gradients into buckets cost 0.6 ms of a 9.5 ms
+  // data-parallel step (2 processes), and fusing tensors of a MiB or more saves no latency.
+  std::size_t in_place_bytes = 1 << 20;
 };
 
 class GradientReducer {
@@ -57,7 +61,9 @@ class GradientReducer {
   std::unordered_map<TensorImpl*, std::size_t> index_of_;
   std::vector<std::size_t> bucket_of_;
   std::vector<bool> received_;
+  static constexpr std::size_t kInPlace = static_cast<std::size_t>(-1);
   std::vector<Bucket> buckets_;
+  std::vector<std::size_t> in_place_;  // positions, in the fixed order they are reduced
   std::size_t next_to_start_ = 0;
   double communication_seconds_ = 0;
   double last_communication_seconds_ = 0;
