@@ -33,8 +33,12 @@ Options parse(int argc, char** argv) {
       continue;
     }
     if (i + 1 >= argc) throw keras::ValueError(flag + " needs a value");
-    long value = std::strtol(argv[++i], nullptr, 10);
-    if (value < 1) throw keras::ValueError(flag + " needs a positive integer");
+    std::string text = argv[++i];
+    char* end = nullptr;
+    long value = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || value < 1) {
+      throw keras::ValueError(flag + " needs a positive integer, got '" + text + "'");
+    }
     if (flag == "--steps") {
       options.steps = static_cast<int>(value);
     } else if (flag == "--warmup") {
@@ -98,8 +102,8 @@ int main(int argc, char** argv) {
                            keras::float64),
         keras::int64);
 
+    keras::Sequential synced = make_model();  // make_model's clear_session resets the distribution
     kd::set_distribution(std::make_shared<kd::DataParallel>());
-    keras::Sequential synced = make_model();
     double with_sync = time_steps(synced, x, labels, options);
 
     // The same processes, each on its own slice, no communication at all.

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 
+#include "distribution/distribution.h"
 #include "engine/errors.h"
 #include "layers/variable_creation.h"
 
@@ -25,8 +26,11 @@ std::string unique_layer_name(const std::string& prefix) {
 }
 
 void clear_session() {
-  std::lock_guard lock(names_mutex);
-  name_counts().clear();
+  {
+    std::lock_guard lock(names_mutex);
+    name_counts().clear();
+  }
+  distribution::set_distribution(nullptr);  // as keras.utils.clear_session() does
 }
 
 Layer::Layer(const std::string& default_prefix, const std::string& name)

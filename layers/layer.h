@@ -106,7 +106,7 @@ class AnyLayer {
 
 // Unique layer names: "dense", then "dense_1", "dense_2", … per prefix.
 std::string unique_layer_name(const std::string& prefix);
-// Forgets the names handed out (keras.backend.clear_session()).
+// Forgets the names handed out and the global distribution (keras.utils.clear_session()).
 void clear_session();
 
 }  // namespace keras

@@ -115,6 +115,13 @@ TEST(Distribution, ScopeNestsAndRestores) {
   EXPECT_EQ(distribution(), nullptr);
 }
 
+TEST(Distribution, ClearSessionResetsTheGlobalDistribution) {
+  set_distribution(std::make_shared<DataParallel>());
+  ASSERT_NE(distribution(), nullptr);
+  clear_session();
+  EXPECT_EQ(distribution(), nullptr);
+}
+
 TEST(Distribution, DataShardIdUsesContiguousReplicaGroups) {
   for (int pid = 0; pid < 4; ++pid) EXPECT_EQ(data_shard_id_for(8, 4, pid), pid);
   std::vector<std::int64_t> shards;
@@ -184,7 +191,8 @@ TEST(Runtime, JobAddressesDevicesAndDistributeTensor) {
   EXPECT_TRUE(distribute_tensor(full, nullptr).same_as(full));
 }
 
-TEST(Runtime, InitializeRefusesAfterADistributionAndMoreProcessesWithoutMpirun) {
+// The environment-variable and mpirun cases run in their own processes (initialize_* in CTest).
+TEST(Runtime, InitializeRefusesAfterADistribution) {
   if (is_initialized()) GTEST_SKIP() << "initialize() already ran in this process";
   // Distributions were created by the tests above (or are created here), so initialize refuses.
   DataParallel created;

@@ -4,9 +4,22 @@
 //   initialize_tool [--num-processes N] [--process-id N] [--job-addresses LIST]
 #include <cstdio>
 #include <optional>
+#include <exception>
 #include <string>
 
 #include "keras.h"
+
+int integer(const std::string& text) {
+  std::size_t used = 0;
+  int value = 0;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) throw keras::ValueError("'" + text + "' is not an integer");
+  return value;
+}
 
 int main(int argc, char** argv) {
   namespace kd = keras::distribution;
@@ -15,8 +28,8 @@ int main(int argc, char** argv) {
     std::optional<int> processes, id;
     for (int i = 1; i + 1 < argc; i += 2) {
       std::string flag = argv[i];
-      if (flag == "--num-processes") processes = std::stoi(argv[i + 1]);
-      else if (flag == "--process-id") id = std::stoi(argv[i + 1]);
+      if (flag == "--num-processes") processes = integer(argv[i + 1]);
+      else if (flag == "--process-id") id = integer(argv[i + 1]);
       else if (flag == "--job-addresses") addresses = argv[i + 1];
       else throw keras::ValueError("unknown flag " + flag);
     }
