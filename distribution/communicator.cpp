@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/environment.h"
+
 namespace keras::distribution {
 
 const char* reduce_operation_name(ReduceOperation operation) {
@@ -17,16 +19,17 @@ const char* reduce_operation_name(ReduceOperation operation) {
 }
 
 std::chrono::milliseconds Communicator::default_timeout() {
-  if (const char* text = std::getenv("KERAS_COLLECTIVE_TIMEOUT_SECONDS")) {
-    char* end = nullptr;
-    double seconds = std::strtod(text, &end);
-    if (end == text || *end != '\0' || !(seconds > 0)) {
-      throw ValueError(str("KERAS_COLLECTIVE_TIMEOUT_SECONDS='", text,
-                           "' is not valid; expected a positive number of seconds"));
-    }
-    return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+  return environment::seconds("KERAS_COLLECTIVE_TIMEOUT_SECONDS", 0.001,
+                              static_cast<double>(kMaximumTimeout.count()) / 1000.0)
+      .value_or(std::chrono::seconds(300));
+}
+
+void Communicator::set_timeout(std::chrono::milliseconds timeout) {
+  if (timeout < std::chrono::milliseconds(1) || timeout > kMaximumTimeout) {
+    throw ValueError(str("set_timeout over ", name(), ": got ", timeout.count(), " ms; expected ",
+                         "1 ms to ", kMaximumTimeout.count(), " ms"));
   }
-  return std::chrono::seconds(300);
+  timeout_ = timeout;
 }
 
 namespace {

@@ -52,10 +52,15 @@ class Communicator {
   void broadcast(Tensor& tensor, int root = 0);
 
   std::chrono::milliseconds timeout() const { return timeout_; }
-  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  // Between 1 ms and kMaximumTimeout; anything else is a ValueError.
+  void set_timeout(std::chrono::milliseconds timeout);
+  // The longest deadline a collective may have: 10^6 s (11.6 days), far below the point where
+  // a deadline computed as now + timeout would overflow.
+  static constexpr std::chrono::milliseconds kMaximumTimeout{1'000'000'000};
 
  protected:
-  // KERAS_COLLECTIVE_TIMEOUT_SECONDS, default 300 s (MLX's NCCL default; PyTorch uses 10 min).
+  // KERAS_COLLECTIVE_TIMEOUT_SECONDS (0.001 to 10^6 s), default 300 s (MLX's NCCL default;
+  // PyTorch uses 10 min).
   static std::chrono::milliseconds default_timeout();
   std::chrono::milliseconds timeout_ = default_timeout();
 };

@@ -7,11 +7,14 @@
 #include <atomic>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
 
+#include "distribution/collective_failure.h"
 #include "distribution/mpi/mpi_communicator.h"
+#include "engine/environment.h"
 #include "engine/gpu_runtime.h"
 #include "engine/random.h"
 
@@ -23,27 +26,29 @@ bool initialized = false;
 std::atomic<bool> distribution_created{false};
 std::shared_ptr<Communicator> world_communicator;
 
-std::optional<std::string> environment(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return std::nullopt;
-  return std::string(value);
-}
-
-int parse_int(const std::string& text, const char* what) {
-  int value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size()) {
-    throw ValueError(str(what, "='", text, "' is not an integer"));
-  }
-  return value;
-}
+// The most processes a job may name; far beyond any machine here, small enough that no count
+// derived from it overflows.
+constexpr std::int64_t kMaximumProcesses = 1 << 20;
 
 bool launched_by_mpirun() {
-  return environment("OMPI_COMM_WORLD_SIZE") || environment("PMI_SIZE") ||
-         environment("PMIX_RANK");
+  return environment::get("OMPI_COMM_WORLD_SIZE") || environment::get("PMI_SIZE") ||
+         environment::get("PMIX_RANK");
 }
 
 void finalize_at_exit() { finalize(); }
+
+// Ends every process of the job, saying why. Used when finalizing normally could hang: this
+// process's collectives failed (peers may be inside one forever), or it is leaving while peers
+// still issue collectives.
+[[noreturn]] void abort_job(const std::string& why) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "keras: process %d ends the whole job (MPI_Abort): %s\n", rank,
+               why.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(EXIT_FAILURE);  // MPI_Abort does not return; this is for the compiler
+}
 
 }  // namespace
 
@@ -65,15 +70,15 @@ std::vector<std::string> parse_job_addresses(const std::string& addresses,
               port < 65536;
     }
     if (!valid) {
-      throw ValueError(str("job address '", address, "' in '", addresses,
-                           "' is not of the form host:port (port in 1-65535)"));
+      throw ValueError(str("job address ", quoted(address), " in ", quoted(addresses),
+                         " is not of the form host:port (port in 1-65535)"));
     }
     result.push_back(address);
     if (comma == std::string::npos) break;
     begin = comma + 1;
   }
   if (num_processes && static_cast<int>(result.size()) != *num_processes) {
-    throw ValueError(str("job_addresses '", addresses, "' lists ", result.size(),
+    throw ValueError(str("job_addresses ", quoted(addresses), " lists ", result.size(),
                          " processes, but num_processes is ", *num_processes));
   }
   return result;
@@ -89,15 +94,15 @@ void initialize(std::optional<std::string> job_addresses, std::optional<int> num
     throw ValueError("distribution::initialize() must run before any Distribution is created; "
                      "call it at the start of main()");
   }
-  if (!job_addresses) job_addresses = environment("KERAS_DISTRIBUTION_JOB_ADDRESSES");
+  if (!job_addresses) job_addresses = environment::get("KERAS_DISTRIBUTION_JOB_ADDRESSES");
   if (!num_processes_arg) {
-    if (auto text = environment("KERAS_DISTRIBUTION_NUM_PROCESSES")) {
-      num_processes_arg = parse_int(*text, "KERAS_DISTRIBUTION_NUM_PROCESSES");
+    if (auto value = environment::integer("KERAS_DISTRIBUTION_NUM_PROCESSES", 1, kMaximumProcesses)) {
+      num_processes_arg = static_cast<int>(*value);
     }
   }
   if (!process_id_arg) {
-    if (auto text = environment("KERAS_DISTRIBUTION_PROCESS_ID")) {
-      process_id_arg = parse_int(*text, "KERAS_DISTRIBUTION_PROCESS_ID");
+    if (auto value = environment::integer("KERAS_DISTRIBUTION_PROCESS_ID", 0, kMaximumProcesses - 1)) {
+      process_id_arg = static_cast<int>(*value);
     }
   }
   if (num_processes_arg && *num_processes_arg < 1) {
@@ -158,11 +163,29 @@ bool is_initialized() {
 
 void finalize() {
   std::lock_guard lock(state_mutex);
-  world_communicator.reset();
   int started = 0, finished = 0;
   MPI_Initialized(&started);
   MPI_Finalized(&finished);
-  if (started && !finished) MPI_Finalize();
+  if (!started || finished) {
+    world_communicator.reset();
+    return;
+  }
+  if (auto failure = collective_failure()) {
+    abort_job(str("a collective of this process failed, so other processes may be waiting "
+                  "inside it: ", *failure));
+  }
+  // Leaving is a collective too: a peer still issuing collectives learns at once that this
+  // process has gone, instead of waiting out its timeout, and MPI_Finalize (which waits for
+  // every process) is reached only when all of them leave.
+  if (auto* mpi = dynamic_cast<MpiCommunicator*>(world_communicator.get())) {
+    try {
+      mpi->check_all_ranks_leaving();
+    } catch (const CollectiveError& error) {
+      abort_job(error.what());
+    }
+  }
+  world_communicator.reset();
+  MPI_Finalize();
 }
 
 std::shared_ptr<Communicator> world_pointer() {

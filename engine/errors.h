@@ -1,9 +1,11 @@
 // Typed exceptions of keras-cpp. Every message says what was received and what was expected,
 // so a user can fix the call without reading our source. `str(...)` builds those messages.
 #pragma once
+#include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace keras {
 
@@ -42,6 +44,18 @@ class NotImplementedError : public Error {
  public:
   using Error::Error;
 };
+
+// Memory could not be allocated (a std::bad_alloc from the system, turned into our type so that
+// `catch (keras::Error&)` sees it, with the size and device that were asked for).
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Text from a user or a file, fit for a message: in single quotes, bytes outside printable ASCII
+// written as \xHH, and cut to `limit` characters with the full length said, so that no input of
+// any size can flood a message (or take unbounded time to format).
+std::string quoted(std::string_view text, std::size_t limit = 80);
 
 // Concatenates anything printable into one string: str("got ", 3, " dims").
 template <typename... Parts>

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/environment.h"
 #include "engine/errors.h"
 
 namespace keras {
@@ -116,14 +117,8 @@ class ThreadPool {
 };
 
 int default_thread_count() {
-  if (const char* text = std::getenv("KERAS_NUM_THREADS")) {
-    char* end = nullptr;
-    long value = std::strtol(text, &end, 10);
-    if (end == text || *end != '\0' || value < 1 || value > 1024) {
-      throw ValueError(str("KERAS_NUM_THREADS='", text,
-                           "' is not valid; expected an integer between 1 and 1024"));
-    }
-    return static_cast<int>(value);
+  if (auto count = environment::integer("KERAS_NUM_THREADS", 1, 1024)) {
+    return static_cast<int>(*count);
   }
   return std::max(1u, std::thread::hardware_concurrency());
 }

@@ -1,7 +1,12 @@
-// MPI collectives with deadlines and signature checks.
+// MPI collectives with deadlines, signature checks, poisoning after failure and a watchdog on
+// the blocking phase.
 #include "distribution/mpi/mpi_communicator.h"
 
+#include <limits>
 #include <thread>
+
+#include "distribution/collective_failure.h"
+#include "distribution/mpi/blocking_watchdog.h"
 
 namespace keras::distribution {
 namespace {
@@ -15,7 +20,8 @@ MPI_Datatype mpi_type(DType dtype, const char* what) {
     case DType::uint8: return MPI_UINT8_T;
     default: break;
   }
-  throw DTypeError(str(what, ": dtype ", dtype_name(dtype), " is not supported by collectives"));
+  throw DTypeError(str(what, ": dtype ", dtype_name(dtype), " is not supported by collectives; ",
+                       "expected float32, float64, int32, int64 or uint8"));
 }
 
 MPI_Op mpi_operation(ReduceOperation operation) {
@@ -44,9 +50,46 @@ void divide(void* data, std::int64_t count, DType dtype, int size) {
   });
 }
 
-enum OperationCode : std::int64_t {
-  kAllReduce = 1, kAllGather, kReduceScatter, kBroadcast, kBarrier, kSplit
+// A signature's operation code: the kind in the high 32 bits, its detail (the reduction, or the
+// broadcast root) in the low 32, so that no two collectives share a code.
+enum class Kind : std::int64_t {
+  all_reduce = 1, all_gather, reduce_scatter, broadcast, barrier, split, leaving
 };
+std::int64_t operation_code(Kind kind, std::int64_t detail = 0) {
+  return (static_cast<std::int64_t>(kind) << 32) | detail;
+}
+
+// One rank's collective in words: "all_reduce (sum) of 4 float32 elements".
+std::string describe_collective(std::int64_t code, std::int64_t dtype_code, std::int64_t count) {
+  auto kind = static_cast<Kind>(code >> 32);
+  std::int64_t detail = code & 0xFFFFFFFF;
+  std::string elements =
+      str(count, " ", dtype_code >= 0 && dtype_code <= static_cast<std::int64_t>(DType::float64)
+                          ? dtype_name(static_cast<DType>(dtype_code))
+                          : "unknown-dtype",
+          " elements");
+  auto reduction = [&] {
+    return detail >= 0 && detail <= static_cast<std::int64_t>(ReduceOperation::min)
+               ? reduce_operation_name(static_cast<ReduceOperation>(detail))
+               : "unknown";
+  };
+  switch (kind) {
+    case Kind::all_reduce: return str("all_reduce (", reduction(), ") of ", elements);
+    case Kind::all_gather: return str("all_gather of ", elements, " per rank");
+    case Kind::reduce_scatter:
+      return str("reduce_scatter (", reduction(), ") of ", elements, " per rank");
+    case Kind::broadcast: return str("broadcast from rank ", detail, " of ", elements);
+    case Kind::barrier: return "barrier";
+    case Kind::split: return "split (creating a sub-group)";
+    case Kind::leaving: return "finalize (its program returned or called finalize())";
+  }
+  return str("an unknown operation (code ", code, ")");
+}
+
+// A communicator's own message, cut short for quoting inside another message.
+std::string shortened(const std::string& message) {
+  return message.size() <= 400 ? message : message.substr(0, 397) + "...";
+}
 
 }  // namespace
 
@@ -58,18 +101,40 @@ MpiCommunicator::MpiCommunicator(MPI_Comm communicator, std::string name, bool o
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  if (exchange_abandoned_) {
+    // A peer may still complete the abandoned exchange and write into these buffers, and the
+    // MPI communicator still has that request pending: keep both alive until the job ends.
+    (void)buffers_.release();
+    return;
+  }
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (owned_ && !finalized) MPI_Comm_free(&communicator_);
 }
 
-void MpiCommunicator::check(int status, const char* what) const {
+void MpiCommunicator::fail(const std::string& message, bool exchange_abandoned) {
+  failure_ = message;
+  exchange_abandoned_ = exchange_abandoned_ || exchange_abandoned;
+  record_collective_failure(message);
+  throw CollectiveError(message);
+}
+
+void MpiCommunicator::check_usable(const char* what) const {
+  if (failure_.empty()) return;
+  throw CollectiveError(str(what, " over ", name_, " refused: this communicator failed earlier and ",
+                            "cannot be used again (", shortened(failure_), "). Other processes may ",
+                            "still be inside the failed collective, so when this process exits it ",
+                            "ends the whole job instead of finalizing normally"));
+}
+
+void MpiCommunicator::check(int status, const char* what) {
   if (status == MPI_SUCCESS) return;
   char message[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(status, message, &length);
-  throw CollectiveError(str(what, " over ", name_, " failed on rank ", rank_, ": ",
-                            std::string(message, static_cast<std::size_t>(length))));
+  fail(str(what, " over ", name_, " failed on rank ", rank_, ": ",
+           std::string(message, static_cast<std::size_t>(length))),
+       /*exchange_abandoned=*/true);
 }
 
 void MpiCommunicator::wait(MPI_Request& request, const char* what) {
@@ -83,44 +148,91 @@ void MpiCommunicator::wait(MPI_Request& request, const char* what) {
     if (done) break;
     if (spins > 1000) std::this_thread::yield();
     if (std::chrono::steady_clock::now() > deadline) {
-      throw CollectiveError(str(what, " over ", name_, " (", size_, " processes) did not complete ",
-                                "within ", static_cast<double>(timeout_.count()) / 1000.0, " s on rank ", rank_,
-                                ": another rank has not joined it (it failed, stopped, or issued ",
-                                "collectives in a different order). Set ",
-                                "KERAS_COLLECTIVE_TIMEOUT_SECONDS to wait longer."));
+      fail(str(what, " over ", name_, " (", size_, " processes) did not complete within ",
+               static_cast<double>(timeout_.count()) / 1000.0, " s on rank ", rank_,
+               ": another rank has not joined it (it failed, stopped, or issued collectives in a ",
+               "different order). Set KERAS_COLLECTIVE_TIMEOUT_SECONDS to wait longer."),
+           /*exchange_abandoned=*/true);
     }
   }
 }
 
-void MpiCommunicator::check_signature(int operation_code, DType dtype, std::int64_t count,
+std::string MpiCommunicator::describe_every_rank(std::int64_t code, DType dtype,
+                                                 std::int64_t count, const char* what) {
+  // Every rank saw the same disagreement (the max/min reduction gives all of them the same
+  // result), so every rank takes part in this second exchange.
+  std::vector<std::int64_t>& all = buffers_->every_signature;
+  all.assign(static_cast<std::size_t>(size_) * 3, 0);
+  all[static_cast<std::size_t>(rank_) * 3 + 0] = code;
+  all[static_cast<std::size_t>(rank_) * 3 + 1] = static_cast<std::int64_t>(dtype);
+  all[static_cast<std::size_t>(rank_) * 3 + 2] = count;
+  MPI_Request request;
+  check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.data(), 3, MPI_INT64_T,
+                       communicator_, &request),
+        what);
+  wait(request, what);
+  // Consecutive ranks that issued the same collective are told together; at most 8 groups.
+  std::string text;
+  int groups = 0;
+  for (int first = 0; first < size_;) {
+    int last = first;
+    auto same = [&](int a, int b) {
+      for (int k = 0; k < 3; ++k) {
+        if (all[static_cast<std::size_t>(a) * 3 + k] != all[static_cast<std::size_t>(b) * 3 + k]) {
+          return false;
+        }
+      }
+      return true;
+    };
+    while (last + 1 < size_ && same(first, last + 1)) ++last;
+    if (++groups > 8) {
+      text += str("; and ranks ", first, "-", size_ - 1, " issued other collectives");
+      break;
+    }
+    std::size_t at = static_cast<std::size_t>(first) * 3;
+    text += str(text.empty() ? "" : "; ",
+                first == last ? str("rank ", first) : str("ranks ", first, "-", last), " issued ",
+                describe_collective(all[at], all[at + 1], all[at + 2]));
+    first = last + 1;
+  }
+  return text;
+}
+
+void MpiCommunicator::check_signature(std::int64_t code, DType dtype, std::int64_t count,
                                       const char* what) {
+  check_usable(what);
   if (!signature_checks_ || size_ == 1) return;
-  std::int64_t signature[6] = {operation_code, static_cast<std::int64_t>(dtype), count,
-                               -operation_code, -static_cast<std::int64_t>(dtype), -count};
+  std::int64_t* signature = buffers_->signature;
+  const std::int64_t mine[3] = {code, static_cast<std::int64_t>(dtype), count};
+  for (int k = 0; k < 3; ++k) {
+    signature[k] = mine[k];
+    signature[3 + k] = -mine[k];
+  }
   MPI_Request request;
   check(MPI_Iallreduce(MPI_IN_PLACE, signature, 6, MPI_INT64_T, MPI_MAX, communicator_, &request),
         what);
   wait(request, what);
   bool agree = signature[0] == -signature[3] && signature[1] == -signature[4] &&
                signature[2] == -signature[5];
-  if (!agree) {
-    throw CollectiveError(str(what, " over ", name_, ": the ranks disagree on the collective. Rank ",
-                              rank_, " issued operation ", operation_code, " on ", count, " ",
-                              dtype_name(dtype), " elements; across ranks the operation code ",
-                              "ranges over [", -signature[3], ", ", signature[0],
-                              "] and the element count over [", -signature[5], ", ", signature[2],
-                              "]. Every rank must issue the same collectives in the same order."));
-  }
+  if (agree) return;
+  std::string ranks = describe_every_rank(code, dtype, count, what);
+  fail(str(what, " over ", name_, ": the ranks disagree on the collective: ", ranks,
+           ". Every rank must issue the same collectives in the same order."),
+       /*exchange_abandoned=*/false);
 }
 
 void MpiCommunicator::all_reduce(void* data, std::int64_t count, DType dtype,
                                  ReduceOperation operation) {
   const char* what = "all_reduce";
   int n = check_count(count, what);
-  check_signature(kAllReduce * 10 + static_cast<int>(operation), dtype, count, what);
-  check(MPI_Allreduce(MPI_IN_PLACE, data, n, mpi_type(dtype, what), mpi_operation(operation),
-                      communicator_),
-        what);
+  MPI_Datatype type = mpi_type(dtype, what);
+  check_signature(operation_code(Kind::all_reduce, static_cast<int>(operation)), dtype, count,
+                  what);
+  {
+    BlockingCallWatch watch(what, &name_, timeout_);
+    check(MPI_Allreduce(MPI_IN_PLACE, data, n, type, mpi_operation(operation), communicator_),
+          what);
+  }
   if (operation == ReduceOperation::mean) divide(data, count, dtype, size_);
 }
 
@@ -128,9 +240,11 @@ void MpiCommunicator::all_gather(const void* send, void* receive, std::int64_t c
                                  DType dtype) {
   const char* what = "all_gather";
   int n = check_count(count, what);
-  check_signature(kAllGather * 10, dtype, count, what);
-  check(MPI_Allgather(send == receive ? MPI_IN_PLACE : send, n, mpi_type(dtype, what), receive, n,
-                      mpi_type(dtype, what), communicator_),
+  MPI_Datatype type = mpi_type(dtype, what);
+  check_signature(operation_code(Kind::all_gather), dtype, count, what);
+  BlockingCallWatch watch(what, &name_, timeout_);
+  check(MPI_Allgather(send == receive ? MPI_IN_PLACE : send, n, type, receive, n, type,
+                      communicator_),
         what);
 }
 
@@ -138,10 +252,15 @@ void MpiCommunicator::reduce_scatter(const void* send, void* receive, std::int64
                                      DType dtype, ReduceOperation operation) {
   const char* what = "reduce_scatter";
   int n = check_count(count, what);
-  check_signature(kReduceScatter * 10 + static_cast<int>(operation), dtype, count, what);
-  check(MPI_Reduce_scatter_block(send, receive, n, mpi_type(dtype, what), mpi_operation(operation),
-                                 communicator_),
-        what);
+  MPI_Datatype type = mpi_type(dtype, what);
+  check_signature(operation_code(Kind::reduce_scatter, static_cast<int>(operation)), dtype, count,
+                  what);
+  {
+    BlockingCallWatch watch(what, &name_, timeout_);
+    check(MPI_Reduce_scatter_block(send, receive, n, type, mpi_operation(operation),
+                                   communicator_),
+          what);
+  }
   if (operation == ReduceOperation::mean) divide(receive, count, dtype, size_);
 }
 
@@ -152,25 +271,34 @@ void MpiCommunicator::broadcast(void* data, std::int64_t count, DType dtype, int
                          size_, ")"));
   }
   int n = check_count(count, what);
-  check_signature(kBroadcast * 10 + root, dtype, count, what);
-  check(MPI_Bcast(data, n, mpi_type(dtype, what), root, communicator_), what);
+  MPI_Datatype type = mpi_type(dtype, what);
+  check_signature(operation_code(Kind::broadcast, root), dtype, count, what);
+  BlockingCallWatch watch(what, &name_, timeout_);
+  check(MPI_Bcast(data, n, type, root, communicator_), what);
 }
 
 void MpiCommunicator::barrier() {
   const char* what = "barrier";
-  check_signature(kBarrier * 10, DType::int32, 0, what);
+  check_signature(operation_code(Kind::barrier), DType::int32, 0, what);
   MPI_Request request;
   check(MPI_Ibarrier(communicator_, &request), what);
   wait(request, what);
 }
 
+void MpiCommunicator::check_all_ranks_leaving() {
+  check_signature(operation_code(Kind::leaving), DType::int32, 0, "finalize");
+}
+
 std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
   const char* what = "split";
-  check_signature(kSplit * 10, DType::int32, 0, what);
+  check_signature(operation_code(Kind::split), DType::int32, 0, what);
   MPI_Comm child;
   // MPI_Comm_split has no non-blocking form; the signature exchange above already proved that
-  // every rank reached this point, so it cannot hang on a missing rank.
-  check(MPI_Comm_split(communicator_, color, key, &child), what);
+  // every rank reached this point, and the watchdog bounds the rest.
+  {
+    BlockingCallWatch watch(what, &name_, timeout_);
+    check(MPI_Comm_split(communicator_, color, key, &child), what);
+  }
   auto result = std::make_shared<MpiCommunicator>(child, name, /*owned=*/true);
   result->set_timeout(timeout_);
   result->set_signature_checks(signature_checks_);

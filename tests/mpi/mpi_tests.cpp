@@ -133,34 +133,15 @@ TEST(MpiDistributions, DistributeTensorGivesEachProcessItsShard) {
                                 "cannot be split evenly");
 }
 
-TEST(MpiErrors, MismatchedCollectiveIsAnErrorOnEveryRank) {
-  kd::Communicator& world = kd::world();
-  std::vector<float> data(rank() == 0 ? 4 : 8, 1.0f);
-  expect_throw_with<kd::CollectiveError>(
-      [&] {
-        world.all_reduce(data.data(), static_cast<std::int64_t>(data.size()), float32,
-                         kd::ReduceOperation::sum);
-      },
-      "disagree");
-  // The group is still usable: the check failed before any data moved.
-  Tensor values = Tensor::full({1}, 1.0);
-  world.all_reduce(values);
-  EXPECT_EQ(values.item(), size());
-}
+// Mismatched collectives, a rank that never joins, a killed rank and early returns poison the
+// communicator and end the job, so they are tested one process pair each by
+// tests/faults/check_fault_exit.py, not here.
 
-TEST(MpiErrors, ARankThatNeverJoinsGivesATimeoutNotAHang) {
-  auto group = kd::world().split(0, rank(), "timeout test group");
-  auto* mpi = dynamic_cast<kd::MpiCommunicator*>(group.get());
-  ASSERT_NE(mpi, nullptr);
-  mpi->set_signature_checks(false);
-  group->set_timeout(std::chrono::milliseconds(500));
-  if (rank() != 0) {
-    expect_throw_with<kd::CollectiveError>([&] { group->barrier(); },
-                                           "barrier over timeout test group");
-  }
-  kd::world().barrier();
-  if (rank() == 0) group->barrier();  // completes the others' abandoned barrier: nothing leaks
-  kd::world().barrier();
+TEST(MpiErrors, TimeoutsOutsideTheirRangeAreRefused) {
+  expect_throw_with<ValueError>([] { kd::world().set_timeout(std::chrono::milliseconds(0)); },
+                                "expected 1 ms to");
+  expect_throw_with<ValueError>(
+      [] { kd::world().set_timeout(std::chrono::hours(24 * 365)); }, "expected 1 ms to");
 }
 
 struct Dataset {

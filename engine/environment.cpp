@@ -1,0 +1,70 @@
+// Parsing of KERAS_* environment variables (see environment.h).
+#include "engine/environment.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <system_error>
+
+#include "engine/errors.h"
+
+namespace keras::environment {
+
+std::optional<std::string> get(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+std::int64_t parse_integer(std::string_view name, std::string_view text, std::int64_t minimum,
+                           std::int64_t maximum) {
+  std::int64_t value = 0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  // from_chars takes no leading '+', which a shell user may write; accept it only before digits.
+  if (begin != end && *begin == '+' && begin + 1 != end && *(begin + 1) != '-') ++begin;
+  auto [stop, error] = std::from_chars(begin, end, value);
+  if (text.empty() || error == std::errc::invalid_argument || stop != end) {
+    throw ValueError(str(name, "=", quoted(text), " is not an integer; expected an integer in [",
+                         minimum, ", ", maximum, "]"));
+  }
+  if (error == std::errc::result_out_of_range || value < minimum || value > maximum) {
+    throw ValueError(str(name, "=", quoted(text), " is out of range; expected an integer in [",
+                         minimum, ", ", maximum, "]"));
+  }
+  return value;
+}
+
+std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view text,
+                                        double minimum_seconds, double maximum_seconds) {
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [stop, error] = std::from_chars(text.data(), end, value, std::chars_format::general);
+  // from_chars accepts "inf" and "nan"; neither is a duration.
+  if (text.empty() || error == std::errc::invalid_argument || stop != end || std::isnan(value)) {
+    throw ValueError(str(name, "=", quoted(text), " is not a number of seconds; expected a ",
+                         "decimal number in [", minimum_seconds, ", ", maximum_seconds, "]"));
+  }
+  if (error == std::errc::result_out_of_range || !(value >= minimum_seconds) ||
+      !(value <= maximum_seconds)) {
+    throw ValueError(str(name, "=", quoted(text), " is out of range; expected a number of ",
+                         "seconds in [", minimum_seconds, ", ", maximum_seconds, "]"));
+  }
+  // maximum_seconds is a caller's constant far below 2^63 ms, so the product cannot overflow.
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(value * 1000.0)));
+}
+
+std::optional<std::int64_t> integer(const char* name, std::int64_t minimum, std::int64_t maximum) {
+  std::optional<std::string> text = get(name);
+  if (!text) return std::nullopt;
+  return parse_integer(name, *text, minimum, maximum);
+}
+
+std::optional<std::chrono::milliseconds> seconds(const char* name, double minimum_seconds,
+                                                 double maximum_seconds) {
+  std::optional<std::string> text = get(name);
+  if (!text) return std::nullopt;
+  return parse_seconds(name, *text, minimum_seconds, maximum_seconds);
+}
+
+}  // namespace keras::environment
