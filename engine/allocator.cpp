@@ -18,6 +18,10 @@ constexpr std::size_t kAlignment = 64;  // one cache line; also what AVX-512 loa
 // Rounds small blocks to 64 B and larger ones to a quarter of their power of two, so at most
 // 25% is wasted and a step's shapes reuse the same lists.
 std::size_t round_size(std::size_t bytes) {
+  // No machine has 2^62 bytes; refusing here keeps the rounding below from overflowing.
+  if (bytes > (std::size_t{1} << 62)) {
+    throw OutOfMemoryError(str("cannot allocate ", bytes, " bytes: more than any machine has"));
+  }
   if (bytes <= 4096) return (bytes + kAlignment - 1) / kAlignment * kAlignment;
   std::size_t power = 1;
   while (power < bytes) power <<= 1;
@@ -58,7 +62,16 @@ Pool& pool_for(Device device) {
 void* system_allocate(std::size_t bytes, Device device) {
   if (device.is_gpu()) return gpu::allocate(bytes, device.index);
   void* pointer = std::aligned_alloc(kAlignment, bytes);
-  if (pointer == nullptr) throw std::bad_alloc();
+  if (pointer == nullptr) {
+    // The cache may hold enough memory in blocks of other sizes: give it back and retry once.
+    release_cached_memory();
+    pointer = std::aligned_alloc(kAlignment, bytes);
+  }
+  if (pointer == nullptr) {
+    throw OutOfMemoryError(str("out of memory: could not allocate ", bytes, " bytes (",
+                               static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0),
+                               " GiB) on ", device.to_string()));
+  }
   return pointer;
 }
 
@@ -85,15 +98,16 @@ Storage::Storage(std::size_t bytes, Device device) : bytes_(bytes), device_(devi
       pool.stats.in_use_bytes += capacity_;
       return;
     }
-    pool.stats.fresh_allocations += 1;
-    pool.stats.in_use_bytes += capacity_;
   }
   data_ = system_allocate(capacity_, device);
+  std::lock_guard lock(pool.mutex);
+  pool.stats.fresh_allocations += 1;
+  pool.stats.in_use_bytes += capacity_;
 }
 
 Storage::Storage(std::shared_ptr<Storage> parent, std::size_t offset, std::size_t bytes)
     : bytes_(bytes), device_(parent->device()), parent_(std::move(parent)) {
-  if (offset + bytes > parent_->bytes()) {
+  if (offset > parent_->bytes() || bytes > parent_->bytes() - offset) {
     throw ValueError(str("storage view of ", bytes, " bytes at offset ", offset,
                          " does not fit in a storage of ", parent_->bytes(), " bytes"));
   }

@@ -2,15 +2,45 @@
 #include "engine/shape.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "engine/errors.h"
 
 namespace keras {
 
+std::optional<std::int64_t> checked_shape_size(const Shape& shape) {
+  std::int64_t bound = 1;
+  bool empty = false;
+  for (std::int64_t dim : shape) {
+    if (dim < 0) return std::nullopt;
+    if (dim == 0) empty = true;
+    if (__builtin_mul_overflow(bound, dim == 0 ? 1 : dim, &bound)) return std::nullopt;
+  }
+  return empty ? 0 : bound;
+}
+
 std::int64_t shape_size(const Shape& shape) {
-  std::int64_t size = 1;
-  for (std::int64_t dim : shape) size *= dim;
-  return size;
+  if (std::optional<std::int64_t> size = checked_shape_size(shape)) return *size;
+  for (std::int64_t dim : shape) {
+    if (dim < 0) {
+      throw ShapeError(str("shape ", shape_to_string(shape),
+                           " has a negative dimension; expected every dimension >= 0"));
+    }
+  }
+  throw ShapeError(str("shape ", shape_to_string(shape), " has more elements than fit in a ",
+                       "64-bit count (the product of its dimensions, zeros counted as ones, must ",
+                       "be below 2^63)"));
+}
+
+std::size_t shape_bytes(const Shape& shape, std::size_t element_bytes, const char* what) {
+  auto size = static_cast<std::uint64_t>(shape_size(shape));
+  std::uint64_t bytes = 0;
+  if (__builtin_mul_overflow(size, element_bytes, &bytes) ||
+      bytes > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    throw ShapeError(str(what, ": shape ", shape_to_string(shape), " of ", element_bytes,
+                         "-byte elements needs more bytes than fit in 64 bits"));
+  }
+  return static_cast<std::size_t>(bytes);
 }
 
 std::string shape_to_string(const Shape& shape) {
@@ -61,6 +91,11 @@ void check_valid_shape(const Shape& shape, const char* what) {
       throw ValueError(str(what, ": shape ", shape_to_string(shape),
                            " has a negative dimension; expected every dimension >= 0"));
     }
+  }
+  if (!checked_shape_size(shape)) {
+    throw ShapeError(str(what, ": shape ", shape_to_string(shape), " has more elements than fit ",
+                         "in a 64-bit count (the product of its dimensions, zeros counted as ",
+                         "ones, must be below 2^63)"));
   }
 }
 

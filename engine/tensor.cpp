@@ -16,9 +16,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->dtype = dtype;
-  impl->storage =
-      std::make_shared<Storage>(static_cast<std::size_t>(shape_size(shape)) * dtype_size(dtype),
-                                device);
+  impl->storage = std::make_shared<Storage>(shape_bytes(shape, dtype_size(dtype), "Tensor::empty"),
+                                            device);
   return Tensor(std::move(impl));
 }
 
@@ -68,9 +67,9 @@ Tensor Tensor::arange(std::int64_t count, DType dtype) {
 Tensor Tensor::view_of(const Tensor& base, std::int64_t offset, const Shape& shape) {
   base.check_defined("Tensor::view_of");
   check_valid_shape(shape, "Tensor::view_of");
-  if (offset < 0 || offset + shape_size(shape) > base.size()) {
-    throw ValueError(str("Tensor::view_of: elements [", offset, ", ", offset + shape_size(shape),
-                         ") are outside a tensor of ", base.size(), " elements"));
+  if (offset < 0 || offset > base.size() || shape_size(shape) > base.size() - offset) {
+    throw ValueError(str("Tensor::view_of: ", shape_size(shape), " elements from offset ", offset,
+                         " are outside a tensor of ", base.size(), " elements"));
   }
   std::size_t element = dtype_size(base.dtype());
   auto impl = std::make_shared<TensorImpl>();
