@@ -1,4 +1,4 @@
-// EarlyStopping and ModelCheckpoint.
+// EarlyStopping, ModelCheckpoint and TerminateOnNaN.
 #include "layers/callbacks.h"
 
 #include <cmath>
@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "engine/errors.h"
+#include "distribution/runtime.h"
 #include "layers/model.h"
 
 namespace keras {
@@ -132,6 +133,17 @@ void ModelCheckpoint::on_epoch_end(Model& model, int epoch, const Logs& logs) {
     best_ = found->second;
   }
   model.save_weights(path);
+}
+
+void TerminateOnNaN::on_train_batch_end(Model& model, std::int64_t batch, const Logs& logs) {
+  auto found = logs.find("loss");
+  if (found == logs.end() || std::isfinite(found->second)) return;
+  if (distribution::process_id() == 0) {
+    std::printf("Batch %lld: Invalid loss, terminating training\n", static_cast<long long>(batch));
+    std::fflush(stdout);
+  }
+  stopped_batch_ = batch;
+  model.stop_training = true;
 }
 
 }  // namespace keras

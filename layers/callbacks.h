@@ -1,5 +1,5 @@
-// Callbacks for fit(): the Callback interface, EarlyStopping and ModelCheckpoint, with Keras'
-// arguments and defaults.
+// Callbacks for fit(): the Callback interface, EarlyStopping, ModelCheckpoint and
+// TerminateOnNaN, with Keras' arguments and defaults.
 #pragma once
 #include <limits>
 #include <map>
@@ -82,6 +82,19 @@ class ModelCheckpoint : public Callback {
   bool maximize_ = false;
   bool has_best_ = false;
   double best_ = 0.0;
+};
+
+// Stops training at the end of the first batch whose loss is NaN or infinite, printing
+// "Batch <n>: Invalid loss, terminating training" (Keras' TerminateOnNaN). Under DataParallel
+// the loss in the logs is the global one, so every process stops at the same batch.
+class TerminateOnNaN : public Callback {
+ public:
+  void on_train_batch_end(Model& model, std::int64_t batch, const Logs& logs) override;
+  // The batch that stopped training, or -1.
+  std::int64_t stopped_batch() const { return stopped_batch_; }
+
+ private:
+  std::int64_t stopped_batch_ = -1;
 };
 
 }  // namespace keras

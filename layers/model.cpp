@@ -245,6 +245,8 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
       for (const CallbackPtr& callback : options.callbacks) {
         callback->on_train_batch_end(*this, step, logs);
       }
+      // As Keras: a callback that sets stop_training ends the epoch after this batch.
+      if (stop_training) break;
       if (verbose == 1 && step + 1 < steps) bar.update(step + 1, logs, false);
     }
     if (options.validation_data.defined()) {

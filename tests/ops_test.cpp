@@ -3,7 +3,10 @@
 //   1. in float64 against the reference (kernel correctness),
 //   2. in float32 against the reference (the dtype training uses),
 //   3. for its gradient, in float64, against central finite differences of sum(op(x) * w).
-// Adding an op to the engine means adding a row here.
+//   4. with NaN, +inf and -inf among its inputs, in float64 and float32, against the same
+//      reference: non-finite values propagate as in NumPy (a NaN is never masked to a number).
+// Adding an op to the engine means adding a row here. References use NumPy's NaN rules:
+// maximum/minimum/max/min/argmax propagate NaN (nan_max below), unlike std::max.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -29,7 +32,30 @@ struct OpCase {
   // A float32 round trip needs a step far above float32's resolution.
   double gradient_step = 1e-6;
   double gradient_tolerance = 1e-6;
+  // Whether check 4 applies (one_hot casts its input to indices, where NaN has no meaning).
+  bool nonfinite_inputs = true;
 };
+
+// NumPy's maximum and minimum: NaN wins.
+double nan_max(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
+double nan_min(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); }
+double line_max(const std::vector<double>& v) {
+  double best = v[0];
+  for (double e : v) best = nan_max(best, e);
+  return best;
+}
+double line_min(const std::vector<double>& v) {
+  double best = v[0];
+  for (double e : v) best = nan_min(best, e);
+  return best;
+}
+// NumPy's argmax: the first NaN, else the first maximum.
+double first_argmax(const double* begin, const double* end) {
+  for (const double* at = begin; at != end; ++at) {
+    if (std::isnan(*at)) return double(at - begin);
+  }
+  return double(std::max_element(begin, end) - begin);
+}
 
 // Index of `out_index` (row-major in out_shape) into a broadcast input of `shape`.
 std::int64_t broadcast_source(std::int64_t out_index, const Shape& out_shape, const Shape& shape) {
@@ -121,7 +147,7 @@ Values softmax_reference(const Values& x, std::int64_t outer, std::int64_t lengt
     for (std::int64_t i = 0; i < inner; ++i) {
       auto at = [&](std::int64_t r) { return (o * length + r) * inner + i; };
       double largest = -INFINITY, total = 0;
-      for (std::int64_t r = 0; r < length; ++r) largest = std::max(largest, x[at(r)]);
+      for (std::int64_t r = 0; r < length; ++r) largest = nan_max(largest, x[at(r)]);
       for (std::int64_t r = 0; r < length; ++r) total += std::exp(x[at(r)] - largest);
       for (std::int64_t r = 0; r < length; ++r) {
         double value = x[at(r)] - largest - std::log(total);
@@ -144,8 +170,15 @@ std::vector<OpCase> all_cases() {
       unary_case("reciprocal", ops::reciprocal, [](double v) { return 1 / v; }, Domain::positive),
       unary_case("tanh", ops::tanh, [](double v) { return std::tanh(v); }),
       unary_case("sigmoid", ops::sigmoid, [](double v) { return 1 / (1 + std::exp(-v)); }),
-      unary_case("relu", ops::relu, [](double v) { return v > 0 ? v : 0.0; },
+      unary_case("relu", ops::relu, [](double v) { return std::isnan(v) || v > 0 ? v : 0.0; },
                  Domain::away_from_zero),
+      [] {  // piecewise constant: no gradient is recorded
+        OpCase c = unary_case("sign", ops::sign,
+                              [](double v) { return std::isnan(v) ? v : double((0 < v) - (v < 0)); },
+                              Domain::away_from_zero);
+        c.differentiable = false;
+        return c;
+      }(),
       unary_case("gelu", ops::gelu,
                  [](double v) { return 0.5 * v * (1 + std::erf(v / std::numbers::sqrt2)); }),
       binary_case("add", ops::add, [](double a, double b) { return a + b; }, {2, 3}, {3}),
@@ -154,9 +187,9 @@ std::vector<OpCase> all_cases() {
       binary_case("multiply", ops::multiply, [](double a, double b) { return a * b; }, {3, 4}, {}),
       binary_case("divide", ops::divide, [](double a, double b) { return a / b; }, {3, 1}, {1, 4},
                   Domain::positive),
-      binary_case("maximum", ops::maximum, [](double a, double b) { return std::max(a, b); },
+      binary_case("maximum", ops::maximum, nan_max,
                   {3, 4}, {3, 4}),
-      binary_case("minimum", ops::minimum, [](double a, double b) { return std::min(a, b); },
+      binary_case("minimum", ops::minimum, nan_min,
                   {3, 4}, {4}),
       binary_case("power", ops::power, [](double a, double b) { return std::pow(a, b); }, {3, 4},
                   {4}, Domain::positive),
@@ -167,9 +200,9 @@ std::vector<OpCase> all_cases() {
       reduce_case("mean_axis2", [](const Tensor& x) { return ops::mean(x, {-1}); }, 2,
                   [](const Values& v) { double t = 0; for (double e : v) t += e; return t / double(v.size()); }),
       reduce_case("max_axis1", [](const Tensor& x) { return ops::max(x, {1}); }, 1,
-                  [](const Values& v) { return *std::max_element(v.begin(), v.end()); }),
+                  line_max),
       reduce_case("min_axis2", [](const Tensor& x) { return ops::min(x, {2}); }, 2,
-                  [](const Values& v) { return *std::min_element(v.begin(), v.end()); }),
+                  line_min),
       reduce_case("var_axis1", [](const Tensor& x) { return ops::var(x, {1}); }, 1,
                   [](const Values& v) {
                     double m = 0, s = 0;
@@ -179,7 +212,7 @@ std::vector<OpCase> all_cases() {
                   }),
       reduce_case("softmax_axis1", [](const Tensor& x) { return ops::sum(ops::softmax(x, 1) * x, {1}); },
                   1, [](const Values& v) {
-                    double largest = *std::max_element(v.begin(), v.end()), total = 0, weighted = 0;
+                    double largest = line_max(v), total = 0, weighted = 0;
                     for (double e : v) total += std::exp(e - largest);
                     for (double e : v) weighted += e * std::exp(e - largest) / total;
                     return weighted;
@@ -295,8 +328,19 @@ std::vector<OpCase> all_cases() {
                    [](const Inputs& in, const auto&) {
                      Values out;
                      for (int i = 0; i < 3; ++i) {
-                       auto row = in[0].begin() + i * 4;
-                       out.push_back(double(std::max_element(row, row + 4) - row));
+                       const double* row = in[0].data() + i * 4;
+                       out.push_back(first_argmax(row, row + 4));
+                     }
+                     return out;
+                   },
+                   Domain::any, false});
+  cases.push_back({"argmin_axis0", {{3, 4}},
+                   [](const auto& x) { return ops::argmin(x[0], 0); },
+                   [](const Inputs& in, const auto&) {
+                     Values out;
+                     for (int j = 0; j < 4; ++j) {
+                       double column[3] = {-in[0][j], -in[0][4 + j], -in[0][8 + j]};
+                       out.push_back(first_argmax(column, column + 3));
                      }
                      return out;
                    },
@@ -312,7 +356,7 @@ std::vector<OpCase> all_cases() {
                      }
                      return out;
                    },
-                   Domain::any, false});
+                   Domain::any, false, 1e-6, 1e-6, /*nonfinite_inputs=*/false});
   return cases;
 }
 
@@ -377,6 +421,41 @@ TEST_P(OpTable, GradientMatchesFiniteDifferences) {
     }
     testing::expect_close(analytic, numeric, c.gradient_tolerance, c.name + " gradient of input " + std::to_string(i));
   }
+}
+
+// Both NaN, or equal infinities, or close finite values.
+void expect_same_nonfinite(const Values& actual, const Values& expected, double tolerance,
+                           const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    if (std::isnan(expected[i]) || std::isinf(expected[i])) {
+      EXPECT_TRUE(std::isnan(expected[i]) ? std::isnan(actual[i]) : actual[i] == expected[i])
+          << what << " element " << i << ": got " << actual[i] << ", expected " << expected[i];
+    } else {
+      EXPECT_LE(std::abs(actual[i] - expected[i]), tolerance * std::max(1.0, std::abs(expected[i])))
+          << what << " element " << i << ": got " << actual[i] << ", expected " << expected[i];
+    }
+  }
+}
+
+TEST_P(OpTable, NonFiniteInputsPropagateAsInNumPy) {
+  const OpCase& c = GetParam();
+  if (!c.nonfinite_inputs) GTEST_SKIP() << c.name << " takes no NaN inputs";
+  std::vector<Tensor> inputs;
+  Inputs values;
+  const double specials[] = {NAN, INFINITY, -INFINITY};
+  for (std::size_t i = 0; i < c.shapes.size(); ++i) {
+    Values v = make_input(c.shapes[i], c.domain, 3000 + i).to_vector<double>();
+    // Different positions in each input, so that NaN meets inf and finite values.
+    for (std::size_t k = 0; k < 3 && k < v.size(); ++k) v[(k * 5 + i * 2) % v.size()] = specials[k];
+    inputs.push_back(Tensor::from_vector(v, c.shapes[i]));
+    values.push_back(v);
+  }
+  Values expected = c.reference(values, c.shapes);
+  expect_same_nonfinite(c.op(inputs).to_vector<double>(), expected, 1e-12, c.name + " float64");
+  std::vector<Tensor> inputs32;
+  for (const Tensor& input : inputs) inputs32.push_back(input.astype(float32));
+  expect_same_nonfinite(c.op(inputs32).to_vector<double>(), expected, 2e-5, c.name + " float32");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, OpTable, ::testing::ValuesIn(all_cases()),

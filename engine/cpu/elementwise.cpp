@@ -7,6 +7,7 @@
 
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/strided_loops.h"
+#include "engine/scalar_rules.h"
 
 namespace keras::cpu {
 
@@ -57,7 +58,7 @@ void fill(Tensor& out, double value) {
   dispatch_dtype(out.dtype(), [&](auto zero) {
     using T = decltype(zero);
     T* data = pointer<T>(out);
-    T typed = static_cast<T>(value);
+    T typed = scalar::convert<T>(value);
     parallel_for(out.size(), kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i) data[i] = typed;
     });
@@ -73,13 +74,8 @@ void cast(const Tensor& x, Tensor& out) {
     using In = decltype(in_zero);
     dispatch_dtype(out.dtype(), [&](auto out_zero) {
       using Out = decltype(out_zero);
-      map_contiguous(pointer<In>(x), pointer<Out>(out), x.size(), [](In value) {
-        if constexpr (std::is_same_v<Out, bool>) {
-          return value != In{};
-        } else {
-          return static_cast<Out>(value);
-        }
-      });
+      map_contiguous(pointer<In>(x), pointer<Out>(out), x.size(),
+                     [](In value) { return scalar::convert<Out>(value); });
     });
   });
 }
@@ -96,19 +92,11 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out) {
     T* result = pointer<T>(out);
     auto run = [&](auto fn) { map_contiguous(in, result, count, fn); };
     switch (op) {
-      case UnaryOp::negative: run([](T v) { return static_cast<T>(-v); }); break;
-      case UnaryOp::abs:
-        run([](T v) {
-          if constexpr (std::is_unsigned_v<T>) {
-            return v;
-          } else {
-            return static_cast<T>(v < 0 ? -v : v);
-          }
-        });
-        break;
-      case UnaryOp::sign: run([](T v) { return static_cast<T>((T{} < v) - (v < T{})); }); break;
-      case UnaryOp::square: run([](T v) { return static_cast<T>(v * v); }); break;
-      case UnaryOp::relu: run([](T v) { return v > T{} ? v : T{}; }); break;
+      case UnaryOp::negative: run([](T v) { return scalar::negative(v); }); break;
+      case UnaryOp::abs: run([](T v) { return scalar::absolute(v); }); break;
+      case UnaryOp::sign: run([](T v) { return scalar::sign(v); }); break;
+      case UnaryOp::square: run([](T v) { return scalar::multiply(v, v); }); break;
+      case UnaryOp::relu: run([](T v) { return scalar::relu(v); }); break;
       default:
         if constexpr (std::is_floating_point_v<T>) {
           switch (op) {
@@ -141,7 +129,10 @@ void unary_gradient(UnaryOp op, const Tensor& x, const Tensor& output_gradient,
       });
     };
     switch (op) {
-      case UnaryOp::relu: run([](T v) { return v > T{} ? T{1} : T{}; }); break;
+      // NaN in, NaN out: a NaN must not vanish from the gradient either.
+      case UnaryOp::relu:
+        run([](T v) { return scalar::is_nan(v) ? v : v > T{} ? T{1} : T{}; });
+        break;
       case UnaryOp::tanh:
         run([](T v) {
           T t = std::tanh(v);
@@ -228,29 +219,45 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
     }
     if constexpr (!std::is_same_v<T, bool>) {
       switch (op) {
-        case BinaryOp::add: binary_loop<T, T>(a, b, out, [](T x, T y) { return static_cast<T>(x + y); }); break;
+        case BinaryOp::add: binary_loop<T, T>(a, b, out, [](T x, T y) { return scalar::add(x, y); }); break;
         case BinaryOp::subtract:
-          binary_loop<T, T>(a, b, out, [](T x, T y) { return static_cast<T>(x - y); });
+          binary_loop<T, T>(a, b, out, [](T x, T y) { return scalar::subtract(x, y); });
           break;
         case BinaryOp::multiply:
-          binary_loop<T, T>(a, b, out, [](T x, T y) { return static_cast<T>(x * y); });
+          binary_loop<T, T>(a, b, out, [](T x, T y) { return scalar::multiply(x, y); });
           break;
         case BinaryOp::divide:
           if constexpr (std::is_integral_v<T>) {
             binary_loop<T, T>(a, b, out, [](T x, T y) {
-              if (y == 0) throw ValueError("divide: integer division by zero");
-              return static_cast<T>(x / y);
+              if (y == 0) {
+                throw ValueError(str("divide: integer division by zero (", +x, " / 0); NumPy ",
+                                     "would give 0 with a warning, we refuse"));
+              }
+              return scalar::divide_integer(x, y);
             });
           } else {
             binary_loop<T, T>(a, b, out, [](T x, T y) { return x / y; });
           }
           break;
-        case BinaryOp::maximum: binary_loop<T, T>(a, b, out, [](T x, T y) { return x >= y ? x : y; }); break;
-        case BinaryOp::minimum: binary_loop<T, T>(a, b, out, [](T x, T y) { return x <= y ? x : y; }); break;
+        case BinaryOp::maximum:
+          binary_loop<T, T>(a, b, out, [](T x, T y) { return scalar::maximum(x, y); });
+          break;
+        case BinaryOp::minimum:
+          binary_loop<T, T>(a, b, out, [](T x, T y) { return scalar::minimum(x, y); });
+          break;
         case BinaryOp::power:
-          binary_loop<T, T>(a, b, out, [](T x, T y) {
-            return static_cast<T>(std::pow(static_cast<double>(x), static_cast<double>(y)));
-          });
+          if constexpr (std::is_integral_v<T>) {
+            binary_loop<T, T>(a, b, out, [](T x, T y) {
+              if (y < T{}) {
+                throw ValueError(str("power: integers to negative integer powers are not ",
+                                     "allowed (got ", +x, " ** ", +y, "); cast to a floating ",
+                                     "dtype first, as in NumPy"));
+              }
+              return scalar::power_integer(x, y);
+            });
+          } else {
+            binary_loop<T, T>(a, b, out, [](T x, T y) { return std::pow(x, y); });
+          }
           break;
         default: break;
       }

@@ -9,6 +9,7 @@
 
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/strided_loops.h"
+#include "engine/scalar_rules.h"
 
 namespace keras::cpu {
 namespace {
@@ -16,7 +17,8 @@ namespace {
 template <typename T>
 void reduce_block(ReduceOp op, const T* in, T* out, std::int64_t outer, std::int64_t reduced,
                   std::int64_t inner) {
-  using Accumulator = std::conditional_t<std::is_floating_point_v<T>, double, std::int64_t>;
+  // Integers accumulate in unsigned 64 bits: sums wrap around as NumPy's do, never overflow (UB).
+  using Accumulator = std::conditional_t<std::is_floating_point_v<T>, double, std::uint64_t>;
   if (inner == 1) {
     parallel_for(outer, std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(reduced, 1)),
                  [&](std::int64_t begin, std::int64_t end) {
@@ -24,12 +26,13 @@ void reduce_block(ReduceOp op, const T* in, T* out, std::int64_t outer, std::int
                      const T* row = in + o * reduced;
                      if (op == ReduceOp::sum) {
                        Accumulator total = 0;
-                       for (std::int64_t r = 0; r < reduced; ++r) total += row[r];
+                       for (std::int64_t r = 0; r < reduced; ++r) total += static_cast<Accumulator>(row[r]);
                        out[o] = static_cast<T>(total);
                      } else {
                        T best = row[0];
                        for (std::int64_t r = 1; r < reduced; ++r) {
-                         best = op == ReduceOp::max ? std::max(best, row[r]) : std::min(best, row[r]);
+                         best = op == ReduceOp::max ? scalar::maximum(best, row[r])
+                                                    : scalar::minimum(best, row[r]);
                        }
                        out[o] = best;
                      }
@@ -49,14 +52,16 @@ void reduce_block(ReduceOp op, const T* in, T* out, std::int64_t outer, std::int
     for (std::int64_t r = 1; r < reduced; ++r) {
       const T* row = source + r * inner;
       if (op == ReduceOp::sum) {
-        for (std::int64_t i = column_begin; i < column_end; ++i) destination[i] += row[i];
+        for (std::int64_t i = column_begin; i < column_end; ++i) {
+          destination[i] = scalar::add(destination[i], row[i]);
+        }
       } else if (op == ReduceOp::max) {
         for (std::int64_t i = column_begin; i < column_end; ++i) {
-          destination[i] = std::max(destination[i], row[i]);
+          destination[i] = scalar::maximum(destination[i], row[i]);
         }
       } else {
         for (std::int64_t i = column_begin; i < column_end; ++i) {
-          destination[i] = std::min(destination[i], row[i]);
+          destination[i] = scalar::minimum(destination[i], row[i]);
         }
       }
     }
@@ -121,11 +126,12 @@ void arg_reduce(bool largest, const Tensor& x, int axis, Tensor& out) {
                    for (std::int64_t flat = begin; flat < end; ++flat) {
                      std::int64_t o = flat / inner, i = flat % inner;
                      const T* base = in + o * reduced * inner + i;
+                     // NumPy: the first NaN wins, as NaN is the maximum and the minimum.
                      std::int64_t best = 0;
-                     for (std::int64_t r = 1; r < reduced; ++r) {
+                     for (std::int64_t r = 1; r < reduced && !scalar::is_nan(base[best * inner]); ++r) {
                        T value = base[r * inner];
                        T current = base[best * inner];
-                       if (largest ? value > current : value < current) best = r;
+                       if (scalar::is_nan(value) || (largest ? value > current : value < current)) best = r;
                      }
                      result[flat] = best;
                    }

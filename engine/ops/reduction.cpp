@@ -89,7 +89,8 @@ Tensor mean(const Tensor& x, const Axes& axes_in, bool keepdims) {
   std::vector<int> axes = detail::normalize_axes(axes_in, x.rank(), "mean");
   std::int64_t count = 1;
   for (int axis : axes) count *= x.shape()[axis];
-  return sum(x, axes_in, keepdims) * (1.0 / static_cast<double>(std::max<std::int64_t>(count, 1)));
+  // The mean of no elements is NaN (0 * inf), as in NumPy.
+  return sum(x, axes_in, keepdims) * (1.0 / static_cast<double>(count));
 }
 
 Tensor var(const Tensor& x, const Axes& axes, bool keepdims) {

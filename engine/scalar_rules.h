@@ -1,0 +1,145 @@
+// What one element of an op gives at the edges of its type, written once for every backend
+// (the CUDA kernels include this too). The rules follow NumPy unless said otherwise:
+// - NaN propagates: relu, sign, maximum, minimum, max/min reductions give NaN where an input is
+//   NaN (NumPy's maximum, not fmax); argmax/argmin give the index of the first NaN.
+// - Integers wrap around (two's complement) on overflow in negative, abs, square, add,
+//   subtract, multiply, sums and power, as NumPy's fixed-width integers do; INT_MIN / -1 gives
+//   INT_MIN (C++ would trap, SIGFPE). Integer division by zero is an error here (NumPy returns
+//   0 with a warning); an integer raised to a negative power is an error, as in NumPy.
+// - Float to integer casts follow XLA (JAX): NaN becomes 0 and values beyond the integer range
+//   saturate to its minimum or maximum. NumPy leaves these to the C cast, which is undefined
+//   behaviour in C++ and gives INT_MIN on x86; that is where we differ from NumPy on purpose.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace keras::scalar {
+
+template <typename T>
+constexpr bool is_nan(T value) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return value != value;
+  } else {
+    return false;
+  }
+}
+
+// The unsigned type of the same width, where overflow is defined (modular).
+template <typename T>
+using Unsigned = std::make_unsigned_t<std::conditional_t<std::is_same_v<T, bool>, unsigned char, T>>;
+
+template <typename T>
+constexpr T add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<Unsigned<T>>(static_cast<Unsigned<T>>(a) + static_cast<Unsigned<T>>(b)));
+  } else {
+    return a + b;
+  }
+}
+
+template <typename T>
+constexpr T subtract(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<Unsigned<T>>(static_cast<Unsigned<T>>(a) - static_cast<Unsigned<T>>(b)));
+  } else {
+    return a - b;
+  }
+}
+
+template <typename T>
+constexpr T multiply(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    // Unsigned types narrower than int promote to (signed) int; widen to 64 bits first.
+    return static_cast<T>(static_cast<Unsigned<T>>(static_cast<std::uint64_t>(static_cast<Unsigned<T>>(a)) *
+                                                   static_cast<std::uint64_t>(static_cast<Unsigned<T>>(b))));
+  } else {
+    return a * b;
+  }
+}
+
+template <typename T>
+constexpr T negative(T value) {
+  return subtract(T{}, value);
+}
+
+template <typename T>
+constexpr T absolute(T value) {
+  if constexpr (std::is_unsigned_v<T>) {
+    return value;
+  } else if constexpr (std::is_integral_v<T>) {
+    return value < 0 ? negative(value) : value;
+  } else {
+    return std::fabs(value);
+  }
+}
+
+template <typename T>
+constexpr T sign(T value) {
+  if (is_nan(value)) return value;
+  return static_cast<T>((T{} < value) - (value < T{}));
+}
+
+template <typename T>
+constexpr T relu(T value) {
+  return value < T{} ? T{} : value;  // NaN < 0 is false: NaN passes through
+}
+
+template <typename T>
+constexpr T maximum(T a, T b) {
+  if (is_nan(a)) return a;
+  if (is_nan(b)) return b;
+  return a >= b ? a : b;
+}
+
+template <typename T>
+constexpr T minimum(T a, T b) {
+  if (is_nan(a)) return a;
+  if (is_nan(b)) return b;
+  return a <= b ? a : b;
+}
+
+// Integer division truncating toward zero, as C++ and the previous behaviour; the caller has
+// checked that b != 0.
+template <typename T>
+constexpr T divide_integer(T a, T b) {
+  if constexpr (std::is_signed_v<T>) {
+    if (b == -1) return negative(a);  // INT_MIN / -1 overflows in C++ (SIGFPE on x86)
+  }
+  return static_cast<T>(a / b);
+}
+
+// a ** b for integers, b >= 0 (checked by the caller), by repeated squaring, wrapping.
+template <typename T>
+constexpr T power_integer(T base, T exponent) {
+  T result = 1;
+  auto remaining = static_cast<Unsigned<T>>(exponent);
+  while (remaining > 0) {
+    if (remaining & 1) result = multiply(result, base);
+    base = multiply(base, base);
+    remaining = static_cast<Unsigned<T>>(remaining >> 1);
+  }
+  return result;
+}
+
+// Float to integer (or integer to integer) conversion with XLA's rules; see the file comment.
+template <typename Out, typename In>
+constexpr Out convert(In value) {
+  if constexpr (std::is_same_v<Out, bool>) {
+    return value != In{};  // NaN != 0: NaN is true, as in NumPy
+  } else if constexpr (std::is_integral_v<Out> && std::is_floating_point_v<In>) {
+    if (is_nan(value)) return Out{};
+    // The bounds as In: the maximum of a 64-bit integer rounds up to 2^63 in double, so
+    // compare with >= against that rounded bound.
+    constexpr In lowest = static_cast<In>(std::numeric_limits<Out>::lowest());
+    constexpr In highest = static_cast<In>(std::numeric_limits<Out>::max());
+    if (value <= lowest) return std::numeric_limits<Out>::lowest();
+    if (value >= highest) return std::numeric_limits<Out>::max();
+    return static_cast<Out>(value);
+  } else {
+    return static_cast<Out>(value);
+  }
+}
+
+}  // namespace keras::scalar
