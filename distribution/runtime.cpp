@@ -70,7 +70,7 @@ std::vector<std::string> parse_job_addresses(const std::string& addresses,
               port < 65536;
     }
     if (!valid) {
-      throw ValueError(str("job address ", quoted(address), " in ", quoted(addresses),
+      throw ValueError(str("job address ", quote_input(address), " in ", quote_input(addresses),
                          " is not of the form host:port (port in 1-65535)"));
     }
     result.push_back(address);
@@ -78,7 +78,7 @@ std::vector<std::string> parse_job_addresses(const std::string& addresses,
     begin = comma + 1;
   }
   if (num_processes && static_cast<int>(result.size()) != *num_processes) {
-    throw ValueError(str("job_addresses ", quoted(addresses), " lists ", result.size(),
+    throw ValueError(str("job_addresses ", quote_input(addresses), " lists ", result.size(),
                          " processes, but num_processes is ", *num_processes));
   }
   return result;

@@ -25,11 +25,11 @@ std::int64_t parse_integer(std::string_view name, std::string_view text, std::in
   if (begin != end && *begin == '+' && begin + 1 != end && *(begin + 1) != '-') ++begin;
   auto [stop, error] = std::from_chars(begin, end, value);
   if (text.empty() || error == std::errc::invalid_argument || stop != end) {
-    throw ValueError(str(name, "=", quoted(text), " is not an integer; expected an integer in [",
+    throw ValueError(str(name, "=", quote_input(text), " is not an integer; expected an integer in [",
                          minimum, ", ", maximum, "]"));
   }
   if (error == std::errc::result_out_of_range || value < minimum || value > maximum) {
-    throw ValueError(str(name, "=", quoted(text), " is out of range; expected an integer in [",
+    throw ValueError(str(name, "=", quote_input(text), " is out of range; expected an integer in [",
                          minimum, ", ", maximum, "]"));
   }
   return value;
@@ -42,12 +42,12 @@ std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view 
   auto [stop, error] = std::from_chars(text.data(), end, value, std::chars_format::general);
   // from_chars accepts "inf" and "nan"; neither is a duration.
   if (text.empty() || error == std::errc::invalid_argument || stop != end || std::isnan(value)) {
-    throw ValueError(str(name, "=", quoted(text), " is not a number of seconds; expected a ",
+    throw ValueError(str(name, "=", quote_input(text), " is not a number of seconds; expected a ",
                          "decimal number in [", minimum_seconds, ", ", maximum_seconds, "]"));
   }
   if (error == std::errc::result_out_of_range || !(value >= minimum_seconds) ||
       !(value <= maximum_seconds)) {
-    throw ValueError(str(name, "=", quoted(text), " is out of range; expected a number of ",
+    throw ValueError(str(name, "=", quote_input(text), " is out of range; expected a number of ",
                          "seconds in [", minimum_seconds, ", ", maximum_seconds, "]"));
   }
   // maximum_seconds is a caller's constant far below 2^63 ms, so the product cannot overflow.

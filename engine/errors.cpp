@@ -3,7 +3,7 @@
 
 namespace keras {
 
-std::string quoted(std::string_view text, std::size_t limit) {
+std::string quote_input(std::string_view text, std::size_t limit) {
   static constexpr char kDigits[] = "0123456789ABCDEF";
   std::string out = "'";
   std::size_t shown = 0;

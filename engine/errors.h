@@ -55,7 +55,7 @@ class OutOfMemoryError : public Error {
 // Text from a user or a file, fit for a message: in single quotes, bytes outside printable ASCII
 // written as \xHH, and cut to `limit` characters with the full length said, so that no input of
 // any size can flood a message (or take unbounded time to format).
-std::string quoted(std::string_view text, std::size_t limit = 80);
+std::string quote_input(std::string_view text, std::size_t limit = 80);
 
 // Concatenates anything printable into one string: str("got ", 3, " dims").
 template <typename... Parts>

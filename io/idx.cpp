@@ -1,5 +1,5 @@
-// IDX reader and the Fashion-MNIST loader. zlib's gz* functions read gzip and plain files alike,
-// so one code path serves both. The header is validated, and the size it promises bounded by
+// IDX reader and the Fashion-MNIST loader. Plain and gzip files are read through one stream
+// (IdxReader), which refuses bytes after the gzip data. The header is validated, and the size it promises bounded by
 // the file's size, before the tensor is allocated, so a corrupt header yields a clear error
 // rather than a multi-gigabyte allocation.
 #include "io/idx.h"
@@ -7,6 +7,8 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -29,10 +31,10 @@ constexpr const char* kFashionMnistHint =
     "install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) "
     "or pass the directory that holds the four Fashion-MNIST .gz files";
 
-struct GzipCloser {
-  void operator()(gzFile file) const { gzclose(file); }
+struct FileCloser {
+  void operator()(std::FILE* file) const { std::fclose(file); }
 };
-using GzipFile = std::unique_ptr<gzFile_s, GzipCloser>;
+using FilePointer = std::unique_ptr<std::FILE, FileCloser>;
 
 std::string hex_byte(unsigned value) {
   constexpr const char* digits = "0123456789ABCDEF";
@@ -57,30 +59,68 @@ void big_endian_to_host(void* data, std::size_t count, std::size_t element_size)
   }
 }
 
+// Reads a plain or gzip-compressed file as one stream of bytes. zlib's gz* functions would do
+// both, but they silently ignore anything after the last gzip member (garbage or zeros), so the
+// gzip case runs inflate directly: further gzip members are read on (as gzip -d does), and any
+// other byte after the end of a member is an error.
 class IdxReader {
  public:
-  explicit IdxReader(std::string path) : path_(std::move(path)) {
-    file_.reset(gzopen(path_.c_str(), "rb"));
+  IdxReader(std::string path, std::uint64_t file_bytes)
+      : path_(std::move(path)), file_bytes_(file_bytes) {
+    file_.reset(std::fopen(path_.c_str(), "rb"));
     if (!file_) {
       throw FileNotFoundError(str("read_idx: cannot open '", path_, "': ", std::strerror(errno)));
     }
+    refill();
+    gzip_ = available_ >= 2 && input_[position_] == 0x1F && input_[position_ + 1] == 0x8B;
+    if (gzip_) {
+      // 16 + MAX_WBITS: a gzip wrapper, whose CRC-32 and length inflate checks at the end.
+      if (inflateInit2(&stream_, 16 + MAX_WBITS) != Z_OK) fail("zlib could not start inflating");
+      stream_started_ = true;
+    }
   }
+  ~IdxReader() {
+    if (stream_started_) inflateEnd(&stream_);
+  }
+  IdxReader(const IdxReader&) = delete;
+  IdxReader& operator=(const IdxReader&) = delete;
 
   [[noreturn]] void fail(const std::string& message) const {
     throw FileFormatError(str("read_idx: '", path_, "': ", message));
   }
 
-  // Reads up to `count` bytes and returns how many there were; fewer means the end of the
-  // file. gzread takes an unsigned int, hence the chunks.
+  // Reads up to `count` bytes and returns how many there were; fewer means the end.
   std::uint64_t read_up_to(void* destination, std::uint64_t count) {
     auto* bytes = static_cast<unsigned char*>(destination);
     std::uint64_t total = 0;
     while (total < count) {
-      unsigned chunk = static_cast<unsigned>(std::min<std::uint64_t>(count - total, 1u << 30));
-      int got = gzread(file_.get(), bytes + total, chunk);
-      check_stream();
-      if (got <= 0) break;
-      total += static_cast<std::uint64_t>(got);
+      if (!gzip_) {
+        if (available_ == 0 && !refill()) break;
+        std::uint64_t chunk = std::min<std::uint64_t>(count - total, available_);
+        std::memcpy(bytes + total, input_.data() + position_, chunk);
+        position_ += chunk;
+        available_ -= chunk;
+        total += chunk;
+        continue;
+      }
+      if (finished_) break;
+      if (available_ == 0 && !refill()) {
+        fail("corrupt gzip stream: the file ends inside a gzip member (truncated?)");
+      }
+      stream_.next_in = input_.data() + position_;
+      stream_.avail_in = static_cast<unsigned>(available_);
+      stream_.next_out = bytes + total;
+      stream_.avail_out = static_cast<unsigned>(std::min<std::uint64_t>(count - total, 1u << 30));
+      unsigned out_before = stream_.avail_out;
+      int status = inflate(&stream_, Z_NO_FLUSH);
+      total += out_before - stream_.avail_out;
+      position_ += available_ - stream_.avail_in;
+      available_ = stream_.avail_in;
+      if (status == Z_STREAM_END) {
+        finish_member();
+      } else if (status != Z_OK && status != Z_BUF_ERROR) {
+        fail(str("corrupt gzip stream: ", stream_.msg != nullptr ? stream_.msg : zError(status)));
+      }
     }
     return total;
   }
@@ -93,23 +133,51 @@ class IdxReader {
     return remaining;
   }
 
-  // Whether the file is plain (not gzip); meaningful once something has been read.
-  bool is_plain() const { return gzdirect(file_.get()) == 1; }
+  bool is_plain() const { return !gzip_; }
 
  private:
-  // zlib reports a damaged stream (bad deflate data, a CRC mismatch, a cut-off member) through
-  // gzerror rather than a short read, so it is checked after every gzread.
-  void check_stream() const {
-    int error_number = Z_OK;
-    const char* message = gzerror(file_.get(), &error_number);
-    if (error_number == Z_ERRNO) fail(str("read error: ", std::strerror(errno)));
-    if (error_number != Z_OK && error_number != Z_STREAM_END) {
-      fail(str("corrupt gzip stream: ", message));
+  // Moves unread input to the front and reads more; false at the end of the file.
+  bool refill() {
+    if (available_ > 0 && position_ > 0) {
+      std::memmove(input_.data(), input_.data() + position_, available_);
     }
+    position_ = 0;
+    std::size_t got = std::fread(input_.data() + available_, 1, input_.size() - available_,
+                                 file_.get());
+    if (std::ferror(file_.get())) fail(str("read error: ", std::strerror(errno)));
+    read_so_far_ += got;
+    available_ += got;
+    return got > 0;
+  }
+
+  // After a gzip member: the file must end, or another member must begin.
+  void finish_member() {
+    if (available_ < 2) refill();
+    if (available_ == 0) {
+      finished_ = true;
+      return;
+    }
+    if (available_ >= 2 && input_[position_] == 0x1F && input_[position_ + 1] == 0x8B) {
+      inflateReset(&stream_);
+      return;
+    }
+    std::uint64_t trailing = available_ + (file_bytes_ - std::min(file_bytes_, read_so_far_));
+    fail(str(trailing, " bytes after the end of the gzip stream (", quote_input(std::string(
+                 reinterpret_cast<const char*>(input_.data() + position_),
+                 std::min<std::size_t>(available_, 8))), "...); expected the file to end there"));
   }
 
   std::string path_;
-  GzipFile file_;
+  std::uint64_t file_bytes_;
+  FilePointer file_;
+  std::array<unsigned char, 1 << 16> input_{};
+  std::size_t position_ = 0;   // first unread byte of input_
+  std::size_t available_ = 0;  // unread bytes from position_
+  std::uint64_t read_so_far_ = 0;
+  bool gzip_ = false;
+  z_stream stream_{};
+  bool stream_started_ = false;
+  bool finished_ = false;
 };
 
 }  // namespace
@@ -129,7 +197,7 @@ Tensor read_idx(const std::string& path) {
     throw FileNotFoundError(
         str("read_idx: cannot read the size of '", path, "': ", size_error.message()));
   }
-  IdxReader reader(path);
+  IdxReader reader(path, file_bytes);
 
   unsigned char header[4];
   std::uint64_t got = reader.read_up_to(header, sizeof header);
@@ -169,6 +237,12 @@ Tensor read_idx(const std::string& path) {
       reader.fail("the dimensions describe more elements than fit in 64 bits");
     }
     shape.push_back(static_cast<std::int64_t>(dim));
+  }
+  // (4294967295, 4294967050, 0) has no elements, yet its strides overflow: the engine's shape
+  // rule counts zeros as ones, so such a shape is corrupt here too.
+  if (!checked_shape_size(shape)) {
+    reader.fail(str("the dimensions ", shape_to_string(shape), " describe more elements than fit ",
+                    "in 64 bits (counting zero dimensions as ones)"));
   }
   std::uint64_t data_bytes = 0;
   if (element_count > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||

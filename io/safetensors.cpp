@@ -1,15 +1,23 @@
-// safetensors reader and writer. The writer goes through a temporary file in the target's
-// directory and renames it into place, so readers see either the old file or the complete new
-// one. The reader treats the file as untrusted: every header field is type-checked and the byte
-// ranges must tile the data section exactly before any tensor is allocated from them.
+// safetensors reader and writer. The writer goes through a temporary file of a unique name
+// (mkstemp) in the target's directory and renames it into place, so readers see either the old
+// file or the complete new one, even when two saves to one path overlap; temporaries of saves
+// killed midway are removed by the next save to that path. The reader treats the file as
+// untrusted: the JSON nesting depth is bounded while parsing (a header of 100,000 nested arrays
+// overflowed the stack), duplicate keys and bytes after the JSON are refused as the reference
+// implementation refuses them, every header field is type-checked, messages quote at most a
+// few dozen bytes of the file, and the byte ranges must tile the data section exactly before
+// any tensor is allocated from them.
 #include "io/safetensors.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -30,6 +38,9 @@ using Json = nlohmann::json;
 // length cannot make us allocate gigabytes before we have seen a single byte of JSON.
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr std::size_t kHeaderLengthBytes = 8;
+// A valid header nests three deep (the object, an entry, its shape); the reference
+// implementation's JSON parser stops at 128. Deeper input is refused while parsing.
+constexpr int kMaxHeaderDepth = 64;
 
 // Tensor bytes are copied to and from the file as they lie in memory; the format is
 // little-endian, so a big-endian host would need byte swapping that nobody has asked for yet.
@@ -58,11 +69,14 @@ std::optional<DType> dtype_from_safetensors_name(std::string_view name) {
 
 std::string errno_text(int error_number) { return std::strerror(error_number); }
 
-// A JSON value as it appears in the file, cut short so one bad field cannot flood the message.
+// A JSON value in a few words: scalars as they appear in the file (strings quoted and cut
+// short), containers by their kind and size, never recursing into them, so that no field of
+// any size or depth can flood a message or take unbounded time (or stack) to describe.
 std::string describe(const Json& value) {
-  std::string text = value.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
+  if (value.is_array()) return str("an array of ", value.size(), " elements");
+  if (value.is_object()) return str("an object of ", value.size(), " keys");
+  if (value.is_string()) return quote_input(value.get_ref<const std::string&>(), 60);
+  return value.dump();
 }
 
 struct FileCloser {
@@ -70,16 +84,89 @@ struct FileCloser {
 };
 using FilePointer = std::unique_ptr<std::FILE, FileCloser>;
 
+// Temporaries are named "<target>.tmp.<pid>.<host>.XXXXXX" (mkstemp fills the X's), so that
+// a later save can tell which ones belong to a process of this host that no longer exists.
+std::string temporary_prefix(const std::string& target_path) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "unknown-host");
+  return str(target_path, ".tmp.", ::getpid(), ".", host, ".");
+}
+
+// Removes the temporaries of saves to `target_path` whose process died (a killed save cannot
+// clean up after itself). Only this host's processes can be checked; others are left alone.
+void remove_abandoned_temporaries(const std::string& target_path) {
+  namespace fs = std::filesystem;
+  fs::path target(target_path);
+  fs::path directory = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  std::string prefix = target.filename().string() + ".tmp.";
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) return;
+  std::error_code error;
+  for (fs::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
+    std::string name = it->path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    // The rest is "<pid>.<host>.XXXXXX".
+    std::string rest = name.substr(prefix.size());
+    std::size_t dot = rest.find('.');
+    if (dot == std::string::npos || rest.size() < dot + 8) continue;
+    std::string pid_text = rest.substr(0, dot);
+    std::string owner_host = rest.substr(dot + 1, rest.size() - dot - 8);
+    long pid = 0;
+    auto [stop, parse_error] = std::from_chars(pid_text.data(), pid_text.data() + pid_text.size(), pid);
+    if (parse_error != std::errc() || stop != pid_text.data() + pid_text.size() || pid <= 0 ||
+        owner_host != host) {
+      continue;
+    }
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
+}
+
+// The permissions a file created normally would get (0666 less the umask), for the temporary
+// that mkstemp creates 0600. The umask is read from /proc: calling umask() to read it would
+// change it for a moment under every other thread.
+mode_t default_file_mode() {
+  std::FILE* status = std::fopen("/proc/self/status", "r");
+  unsigned mask = 022;
+  if (status != nullptr) {
+    char line[256];
+    while (std::fgets(line, sizeof line, status) != nullptr) {
+      if (std::sscanf(line, "Umask: %o", &mask) == 1) break;
+    }
+    std::fclose(status);
+  }
+  return static_cast<mode_t>(0666 & ~mask);
+}
+
 // The file being written; removed on destruction unless commit() renamed it into place, so
 // every exception path (a failing write, a GPU copy that throws) cleans up after itself.
 class TemporaryFile {
  public:
-  TemporaryFile(std::string temporary_path, std::string target_path)
-      : temporary_path_(std::move(temporary_path)), target_path_(std::move(target_path)) {
-    file_ = std::fopen(temporary_path_.c_str(), "wb");
+  explicit TemporaryFile(std::string target_path) : target_path_(std::move(target_path)) {
+    remove_abandoned_temporaries(target_path_);
+    std::string pattern = temporary_prefix(target_path_) + "XXXXXX";
+    int descriptor = ::mkstemp(pattern.data());
+    if (descriptor < 0) {
+      throw FileNotFoundError(str("save_safetensors: cannot create a temporary file beside '",
+                                  target_path_, "' (", pattern, "): ", errno_text(errno)));
+    }
+    temporary_path_ = pattern;
+    file_ = ::fdopen(descriptor, "wb");
     if (file_ == nullptr) {
-      throw FileNotFoundError(str("save_safetensors: cannot create '", temporary_path_,
-                                  "' to write '", target_path_, "': ", errno_text(errno)));
+      int error_number = errno;
+      ::close(descriptor);
+      std::remove(temporary_path_.c_str());
+      throw Error(str("save_safetensors: cannot open '", temporary_path_, "': ",
+                      errno_text(error_number)));
+    }
+    if (::fchmod(descriptor, default_file_mode()) != 0) {
+      int error_number = errno;
+      std::fclose(file_);
+      std::remove(temporary_path_.c_str());
+      throw Error(str("save_safetensors: cannot set the permissions of '", temporary_path_,
+                      "': ", errno_text(error_number)));
     }
   }
   ~TemporaryFile() {
@@ -93,8 +180,10 @@ class TemporaryFile {
     if (count > 0 && std::fwrite(bytes, 1, count, file_) != count) fail("write");
   }
 
-  // Flushes to the disk before renaming: without the fsync a crash could leave the renamed
-  // file empty on filesystems that reorder metadata and data writes.
+  // Data reaches the disk before the rename (fsync of the file), and the rename itself after it
+  // (fsync of the directory): without the first a crash could leave the renamed file empty on
+  // filesystems that reorder metadata and data writes; without the second the old file could
+  // come back.
   void commit() {
     if (std::fflush(file_) != 0) fail("flush");
     if (::fsync(::fileno(file_)) != 0) fail("sync");
@@ -111,14 +200,21 @@ class TemporaryFile {
     throw Error(str("save_safetensors: could not ", step, " '", temporary_path_, "' (for '",
                     target_path_, "'): ", errno_text(errno)));
   }
-  // Makes the rename itself durable. Best effort: the file is already complete either way.
   void sync_parent_directory() const {
     std::filesystem::path parent = std::filesystem::path(target_path_).parent_path();
     if (parent.empty()) parent = ".";
     int directory = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY);
-    if (directory >= 0) {
-      ::fsync(directory);
-      ::close(directory);
+    if (directory < 0) {
+      throw Error(str("save_safetensors: saved '", target_path_, "' but cannot open its ",
+                      "directory to make the rename durable: ", errno_text(errno)));
+    }
+    // EINVAL: the filesystem cannot sync directories (some network filesystems); nothing to do.
+    int status = ::fsync(directory);
+    int error_number = errno;
+    ::close(directory);
+    if (status != 0 && error_number != EINVAL) {
+      throw Error(str("save_safetensors: saved '", target_path_, "' but syncing its directory ",
+                      "failed: ", errno_text(error_number)));
     }
   }
 
@@ -146,6 +242,47 @@ class HeaderReader {
         str("load_safetensors: '", path_, "' is not a valid safetensors file: ", message));
   }
 
+  // The header as JSON, refusing what the reference implementation refuses: anything but an
+  // object first (it must start with '{'; only spaces may pad it), a NUL byte (nlohmann's
+  // lexer takes it for the end of the input, so "{...}\0garbage" would pass), nesting deeper
+  // than kMaxHeaderDepth, and a key that appears twice in one object (nlohmann keeps the last).
+  Json parse_header(const std::string& text) const {
+    if (text.empty() || text.front() != '{') {
+      fail(str("the header must be a JSON object starting with '{' (expected an object); it ",
+               "starts with ",
+               quote_input(text.substr(0, 16))));
+    }
+    if (std::size_t nul = text.find('\0'); nul != std::string::npos) {
+      fail(str("the header holds a NUL byte at offset ", nul, "; JSON text cannot contain one"));
+    }
+    std::vector<std::set<std::string>> keys_of_open_objects;
+    auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+      if (depth > kMaxHeaderDepth) {
+        fail(str("the header nests deeper than ", kMaxHeaderDepth, " levels"));
+      }
+      switch (event) {
+        case Json::parse_event_t::object_start: keys_of_open_objects.emplace_back(); break;
+        case Json::parse_event_t::object_end: keys_of_open_objects.pop_back(); break;
+        case Json::parse_event_t::key:
+          if (!keys_of_open_objects.back().insert(parsed.get<std::string>()).second) {
+            fail(str("the key ", quote_input(parsed.get<std::string>()), " appears twice in one ",
+                     "object of the header"));
+          }
+          break;
+        default: break;
+      }
+      return true;
+    };
+    try {
+      return Json::parse(text, check);
+    } catch (const Json::exception& error) {
+      // nlohmann quotes the last token it read, which can be any size: keep the start.
+      std::string message = error.what();
+      if (message.size() > 200) message = message.substr(0, 200) + "...";
+      fail(str("the header is not valid JSON: ", message));
+    }
+  }
+
   std::uint64_t non_negative_integer(const Json& value, const std::string& what) const {
     // nlohmann stores every non-negative integer literal as unsigned and negatives as signed.
     if (value.is_number_unsigned()) return value.get<std::uint64_t>();
@@ -153,7 +290,7 @@ class HeaderReader {
   }
 
   Entry entry(const std::string& name, const Json& value, std::uint64_t data_bytes) const {
-    const std::string where = str("entry '", name, "'");
+    const std::string where = str("entry ", quote_input(name));
     if (!value.is_object()) {
       fail(str(where, " is ", describe(value), ", expected a JSON object with dtype, shape and "
                                                "data_offsets"));
@@ -267,7 +404,7 @@ void save_safetensors(const std::string& path,
     length_bytes[i] = static_cast<unsigned char>(header_length >> (8 * i));
   }
 
-  TemporaryFile file(str(path, ".tmp-", ::getpid()), path);
+  TemporaryFile file(path);
   file.write(length_bytes, sizeof length_bytes);
   file.write(header_text.data(), header_text.size());
   for (const auto& [name, tensor] : tensors) {
@@ -325,12 +462,7 @@ std::vector<std::pair<std::string, Tensor>> load_safetensors(
   }
   std::string header_text(header_length, '\0');
   read_exactly(header_text.data(), header_text.size(), "the JSON header");
-  Json header;
-  try {
-    header = Json::parse(header_text);
-  } catch (const Json::exception& error) {
-    reader.fail(str("the header is not valid JSON: ", error.what()));
-  }
+  Json header = reader.parse_header(header_text);
   if (!header.is_object()) {
     reader.fail(str("the header is a JSON ", header.type_name(), ", expected an object"));
   }
@@ -345,7 +477,7 @@ std::vector<std::pair<std::string, Tensor>> load_safetensors(
       }
       for (const auto& [metadata_key, metadata_value] : value.items()) {
         if (!metadata_value.is_string()) {
-          reader.fail(str("__metadata__ entry '", metadata_key, "' is ", describe(metadata_value),
+          reader.fail(str("__metadata__ entry ", quote_input(metadata_key), " is ", describe(metadata_value),
                           ", expected a string"));
         }
         header_metadata[metadata_key] = metadata_value.get<std::string>();
@@ -364,13 +496,13 @@ std::vector<std::pair<std::string, Tensor>> load_safetensors(
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const Entry& entry = entries[i];
     if (entry.begin < covered) {
-      reader.fail(str("entry '", entry.name, "' (bytes [", entry.begin, ", ", entry.end,
-                      ")) overlaps entry '", entries[i - 1].name, "', which ends at byte ",
+      reader.fail(str("entry ", quote_input(entry.name), " (bytes [", entry.begin, ", ", entry.end,
+                      ")) overlaps entry ", quote_input(entries[i - 1].name), ", which ends at byte ",
                       covered));
     }
     if (entry.begin > covered) {
       reader.fail(str("bytes [", covered, ", ", entry.begin, ") of the data section belong to no "
-                      "tensor; entry '", entry.name, "' should start at byte ", covered));
+                      "tensor; entry ", quote_input(entry.name), " should start at byte ", covered));
     }
     covered = entry.end;
   }
@@ -383,13 +515,13 @@ std::vector<std::pair<std::string, Tensor>> load_safetensors(
   tensors.reserve(entries.size());
   for (Entry& entry : entries) {
     Tensor tensor = Tensor::empty(entry.shape, entry.dtype);
-    read_exactly(tensor.raw_data(), tensor.nbytes(), str("tensor '", entry.name, "'").c_str());
+    read_exactly(tensor.raw_data(), tensor.nbytes(), str("tensor ", quote_input(entry.name)).c_str());
     if (entry.dtype == DType::bool_) {
       // Any byte other than 0 or 1 in a C++ bool is undefined behaviour downstream.
       const auto* bytes = static_cast<const unsigned char*>(tensor.raw_data());
       for (std::size_t i = 0; i < tensor.nbytes(); ++i) {
         if (bytes[i] > 1) {
-          reader.fail(str("BOOL tensor '", entry.name, "' holds the byte ",
+          reader.fail(str("BOOL tensor ", quote_input(entry.name), " holds the byte ",
                           static_cast<int>(bytes[i]), " at element ", i, ", expected 0 or 1"));
         }
       }

@@ -2,6 +2,7 @@
 // Fashion-MNIST loader, and one test per kind of corrupt file, each checking both the exception
 // type and that its message names the problem. Corrupt files are written byte by byte here.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "io/idx.h"
@@ -213,7 +215,7 @@ TEST_F(IoTest, SafetensorsCorruptFilesAreFileFormatErrors) {
       {"unknown dtype",
        safetensors_bytes(R"({"x": {"dtype": "F16", "shape": [8], "data_offsets": [0, 16]}})",
                          four_floats),
-       "unsupported dtype \"F16\""},
+       "unsupported dtype 'F16'"},
       {"negative dim",
        safetensors_bytes(R"({"x": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}})",
                          four_floats),
@@ -261,6 +263,108 @@ TEST_F(IoTest, SafetensorsCorruptFilesAreFileFormatErrors) {
     EXPECT_THROW_WITH(load_safetensors(path("bad.safetensors")), FileFormatError,
                       test_case.phrase);
   }
+}
+
+// Issue 6: hostile headers. Each of these crashed, or was accepted, before.
+TEST_F(IoTest, SafetensorsHostileHeadersAreRefusedWithShortMessages) {
+  // 100,000 nested arrays (200 KB): formatting the error recursed once per level and
+  // overflowed the stack.
+  std::string deep = "{\"x\": {\"dtype\": \"F32\", \"shape\": " + std::string(100000, '[') +
+                     std::string(100000, ']') + ", \"data_offsets\": [0, 0]}}";
+  write_file(path("deep.safetensors"), safetensors_bytes(deep, ""));
+  EXPECT_THROW_WITH(load_safetensors(path("deep.safetensors")), FileFormatError,
+                    "nests deeper than 64 levels");
+  // A NUL after the JSON: nlohmann's lexer stopped there and accepted the file.
+  std::string valid = R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})";
+  write_file(path("nul.safetensors"),
+             safetensors_bytes(valid + std::string("\0garbage", 8), std::string(4, '\0')));
+  EXPECT_THROW_WITH(load_safetensors(path("nul.safetensors")), FileFormatError,
+                    "NUL byte at offset");
+  // The same entry twice: nlohmann kept the last one silently.
+  std::string twice = R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                      R"( "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})";
+  write_file(path("twice.safetensors"), safetensors_bytes(twice, std::string(4, '\0')));
+  EXPECT_THROW_WITH(load_safetensors(path("twice.safetensors")), FileFormatError,
+                    "the key 'x' appears twice");
+  // A 1 MB name and a 1 MB dtype string: the messages quote a few dozen bytes of each.
+  std::string long_name(1 << 20, 'n');
+  std::string named = "{\"" + long_name + "\": {\"dtype\": \"" + long_name +
+                      "\", \"shape\": [1], \"data_offsets\": [0, 4]}}";
+  write_file(path("long.safetensors"), safetensors_bytes(named, std::string(4, '\0')));
+  try {
+    load_safetensors(path("long.safetensors"));
+    ADD_FAILURE() << "accepted a 1 MB dtype";
+  } catch (const FileFormatError& error) {
+    EXPECT_LT(std::string(error.what()).size(), 600u) << std::string(error.what()).substr(0, 600);
+    EXPECT_NE(std::string(error.what()).find("(1048576 bytes in all)"), std::string::npos);
+  }
+  // Valid files still load, trailing space padding included.
+  write_file(path("padded.safetensors"), safetensors_bytes(valid + "   ", std::string(4, '\0')));
+  EXPECT_EQ(load_safetensors(path("padded.safetensors")).size(), 1u);
+}
+
+TEST_F(IoTest, SafetensorsOverlappingSavesToOnePathNeverMixFiles) {
+  // Two saves at once used the same temporary name "path.tmp-PID": 17 of 240 loads saw a
+  // truncated or mixed file. Each save now has its own temporary.
+  const std::string target = path("shared.safetensors");
+  auto contents = [](float value) {
+    return std::vector<std::pair<std::string, Tensor>>{
+        {"w", Tensor::full({64, 64}, value)}, {"b", Tensor::full({64}, value)}};
+  };
+  save_safetensors(target, contents(1));
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad_loads{0}, loads{0};
+  std::thread reader([&] {
+    while (!stop) {
+      try {
+        auto loaded = load_safetensors(target);
+        float first = loaded.at(0).second.to_vector<float>().at(0);
+        for (const auto& [name, tensor] : loaded) {
+          for (float v : tensor.to_vector<float>()) {
+            if (v != first) bad_loads++;
+          }
+        }
+      } catch (const Error&) {
+        bad_loads++;
+      }
+      loads++;
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 60; ++i) save_safetensors(target, contents(float(w + 1)));
+    });
+  }
+  for (auto& writer : writers) writer.join();
+  stop = true;
+  reader.join();
+  EXPECT_GT(loads.load(), 0);
+  EXPECT_EQ(bad_loads.load(), 0) << "of " << loads.load() << " loads";
+  EXPECT_EQ(directory_listing(), std::vector<std::string>{"shared.safetensors"});
+}
+
+TEST_F(IoTest, SafetensorsTemporariesOfKilledSavesAreRemoved) {
+  // A process that dies while saving leaves its temporary; the next save removes it.
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // now a pid of no process
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  const std::string target = path("w.safetensors");
+  std::string dead = str(target, ".tmp.", child, ".", host, ".a1b2c3");
+  std::string alive = str(target, ".tmp.", ::getpid(), ".", host, ".d4e5f6");  // a save in progress
+  std::string other_host = str(target, ".tmp.", child, ".some-other-host.g7h8i9");
+  for (const std::string& name : {dead, alive, other_host}) write_file(name, "partial");
+  save_safetensors(target, {{"x", Tensor::ones({2})}});
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(alive));
+  EXPECT_TRUE(fs::exists(other_host));
+  // The saved file gets the usual permissions (mkstemp creates 0600).
+  auto permissions = fs::status(target).permissions();
+  EXPECT_NE(permissions & fs::perms::owner_read, fs::perms::none);
+  EXPECT_NE(permissions & fs::perms::others_read, fs::perms::none) << "umask 022 assumed";
 }
 
 // ---- IDX ---------------------------------------------------------------------------------
@@ -331,6 +435,9 @@ TEST_F(IoTest, IdxCorruptFilesAreFileFormatErrors) {
       {"huge promise", idx_header(0x0E, {1u << 30, 1u << 10}) + "abc", "truncated data"},
       {"size overflow", idx_header(0x08, std::vector<std::uint32_t>(8, 0xFFFFFFFF)), "64 bits"},
       {"trailing bytes", idx_header(0x08, {2}) + "abc", "1 trailing bytes"},
+      // No elements, but (4294967295 * 4294967050) overflowed the engine's shape size.
+      {"zero-size overflow", idx_header(0x08, {4294967295u, 4294967050u, 0}),
+       "describe more elements than fit in 64 bits"},
   };
   for (const Case& test_case : cases) {
     SCOPED_TRACE(test_case.what);
@@ -354,6 +461,24 @@ TEST_F(IoTest, IdxCorruptGzipStreamIsFileFormatError) {
   flipped[compressed.size() - 8] = static_cast<char>(flipped[compressed.size() - 8] ^ 0x5A);
   write_file(path("flipped.gz"), flipped);  // damages the CRC-32 the trailer stores
   EXPECT_THROW_WITH(read_idx(path("flipped.gz")), FileFormatError, "corrupt gzip stream");
+}
+
+TEST_F(IoTest, IdxBytesAfterTheGzipStreamAreRefused) {
+  // zlib's gzread ignored whatever followed the gzip member: garbage and zeros were accepted.
+  std::string file = idx_header(0x08, {3}) + std::string("abc");
+  write_gzip(path("good.gz"), file);
+  std::string compressed = read_file(path("good.gz"));
+  for (const std::string& tail : {std::string("garbage"), std::string(512, '\0'), std::string("\x1f")}) {
+    write_file(path("tail.gz"), compressed + tail);
+    EXPECT_THROW_WITH(read_idx(path("tail.gz")), FileFormatError,
+                      str(tail.size(), " bytes after the end of the gzip stream"));
+  }
+  // A second gzip member is more of the same stream, as gzip -d reads it.
+  write_gzip(path("first.gz"), file.substr(0, 6));
+  write_gzip(path("second.gz"), file.substr(6));
+  write_file(path("two.gz"), read_file(path("first.gz")) + read_file(path("second.gz")));
+  EXPECT_EQ(read_idx(path("two.gz")).to_vector<std::uint8_t>(),
+            (std::vector<std::uint8_t>{'a', 'b', 'c'}));
 }
 
 TEST_F(IoTest, IdxMissingFileIsFileNotFound) {
