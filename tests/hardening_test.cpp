@@ -108,6 +108,20 @@ TEST(Casts, NonFiniteToIntegerFollowsXla) {
   EXPECT_EQ(ops::cast(ops::cast(values, bool_), int32).to_vector<std::int32_t>()[0], 1);  // bool(NaN) is True
 }
 
+TEST(Reductions, NaNWinsMaxMinAndArgmaxWhereverItIs) {
+  // std::max(best, NaN) kept `best`: a NaN after the first element vanished from max and min.
+  for (DType dtype : {float32, float64}) {
+    Tensor x = Tensor::from_vector<double>({1, NAN, 5, -2, 3, 4}, {2, 3}).astype(dtype);
+    std::vector<double> row_max = ops::max(x, {1}).astype(float64).to_vector<double>();
+    EXPECT_TRUE(std::isnan(row_max[0]));
+    EXPECT_EQ(row_max[1], 4);
+    EXPECT_TRUE(std::isnan(ops::min(x).astype(float64).item()));
+    EXPECT_TRUE(std::isnan(ops::max(x, {0}).astype(float64).to_vector<double>()[1]));
+    EXPECT_EQ(ops::argmax(x, 1).to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 2}));
+    EXPECT_EQ(ops::argmin(x, 1).to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 0}));
+  }
+}
+
 TEST(Reductions, MeanOfNothingIsNaN) {
   Tensor empty_rows = Tensor::zeros({0, 3});
   for (float v : ops::mean(empty_rows, {0}).to_vector<float>()) EXPECT_TRUE(std::isnan(v));
