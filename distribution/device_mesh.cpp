@@ -26,6 +26,36 @@ std::string axes_to_string(const std::vector<TensorLayout::Axis>& axes) {
   return text + ")";
 }
 
+// The first number in `pattern` of 10 or more digits that std::regex would read as a count or a
+// back-reference (after an unescaped '{' up to its '}', or after a backslash), or "" if none.
+// libstdc++ 12 accumulates those numbers in a long without an overflow check, so
+// std::regex("a{99999999999999999999}") or std::regex("\\99999999999999999999") is signed
+// overflow (undefined behaviour) inside the library. Nine digits cannot overflow, and any count
+// that large is refused anyway (std::regex_error: more NFA states than its limit).
+std::string oversized_regex_number(const std::string& pattern) {
+  constexpr std::size_t kMaxDigits = 9;
+  auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  auto digits_at = [&](std::size_t i) {
+    std::size_t end = i;
+    while (end < pattern.size() && is_digit(pattern[end])) ++end;
+    return end - i;
+  };
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '\\') {
+      if (std::size_t n = digits_at(i + 1); n > kMaxDigits) return pattern.substr(i + 1, n);
+      ++i;  // the escaped character
+    } else if (pattern[i] == '{') {
+      std::size_t j = i + 1;
+      while (j < pattern.size() && (is_digit(pattern[j]) || pattern[j] == ',')) {
+        std::size_t n = digits_at(j);
+        if (n > kMaxDigits) return pattern.substr(j, n);
+        j += n == 0 ? 1 : n;
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 DeviceMesh::DeviceMesh(std::vector<std::int64_t> shape, std::vector<std::string> axis_names,
@@ -187,6 +217,10 @@ void LayoutMap::insert(const std::string& key, TensorLayout layout) {
       throw ValueError(str("'", key, "' already exists in the LayoutMap with value ",
                            value->to_string(), "; keys must be unique"));
     }
+  }
+  if (std::string number = oversized_regex_number(key); !number.empty()) {
+    throw ValueError(str("LayoutMap key '", key, "' is not a valid regular expression: the count "
+                         "or back-reference ", number, " is too large (at most 9 digits)"));
   }
   try {
     std::regex check(key);

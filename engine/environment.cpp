@@ -50,7 +50,11 @@ std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view 
     throw ValueError(str(name, "=", quote_input(text), " is out of range; expected a number of ",
                          "seconds in [", minimum_seconds, ", ", maximum_seconds, "]"));
   }
-  // maximum_seconds is a caller's constant far below 2^63 ms, so the product cannot overflow.
+  // Whatever range a caller gives, no value may reach 2^63 ms (llround would overflow).
+  if (value >= 9.2e15) {
+    throw ValueError(str(name, "=", quote_input(text), " is out of range; expected a number of ",
+                         "seconds below 9.2e15"));
+  }
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(value * 1000.0)));
 }
 

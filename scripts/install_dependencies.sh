@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages keras-cpp builds, tests and runs with (as root, on Debian 12).
-# The CUDA toolkit is optional: when nvcc is on PATH the GPU runtime is built too.
+# The CUDA toolkit is optional: when nvcc is on PATH the GPU runtime is built too. clang-14 with
+# its libFuzzer/sanitizer runtimes (libclang-rt-14-dev) and OpenMP (libomp-14-dev) builds the
+# fuzz preset (scripts/run_fuzzers.sh).
 set -euo pipefail
 packages=(cmake g++ make libeigen3-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev
-          libgtest-dev libbenchmark-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin)
+          libgtest-dev libbenchmark-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin
+          clang-14 libclang-rt-14-dev libomp-14-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

@@ -164,6 +164,8 @@ TEST(Environment, NumbersAreParsedWithRangeChecks) {
   for (const char* bad : {"nan", "", "5s", " 5", "0x10"}) {
     expect_throw_with<ValueError>([&] { parse_seconds("T", bad, 0.001, 1e6); }, "is not a number of seconds");
   }
+  // Found by tests/fuzz/environment_fuzzer: a caller's wide range let llround overflow.
+  expect_throw_with<ValueError>([&] { parse_seconds("T", "1e17", 1, 1e18); }, "below 9.2e15");
   EXPECT_EQ(parse_integer("N", "+4", 1, 8), 4);
   expect_throw_with<ValueError>([] { parse_integer("N", "4 ", 1, 8); }, "N='4 ' is not an integer");
   expect_throw_with<ValueError>([] { parse_integer("N", "+-4", 1, 8); }, "is not an integer");

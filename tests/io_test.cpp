@@ -481,6 +481,29 @@ TEST_F(IoTest, IdxBytesAfterTheGzipStreamAreRefused) {
             (std::vector<std::uint8_t>{'a', 'b', 'c'}));
 }
 
+TEST_F(IoTest, IdxGzipMembersAndTrailingBytesAcrossTheReadBuffer) {
+  // The reader takes the file in 64 KiB pieces: put a member boundary and trailing bytes past
+  // the first piece (random bytes do not compress, so the members are about 100 KB each).
+  std::string payload;
+  std::uint32_t state = 12345;
+  for (int i = 0; i < 200000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    payload += static_cast<char>(state >> 24);
+  }
+  std::string file = idx_header(0x08, {200000}) + payload;
+  write_gzip(path("a.gz"), file.substr(0, 100003));
+  write_gzip(path("b.gz"), file.substr(100003));
+  std::string two = read_file(path("a.gz")) + read_file(path("b.gz"));
+  ASSERT_GT(read_file(path("a.gz")).size(), 65536u);
+  write_file(path("two.gz"), two);
+  Tensor read = read_idx(path("two.gz"));
+  ASSERT_EQ(read.size(), 200000);
+  EXPECT_EQ(std::memcmp(read.raw_data(), payload.data(), payload.size()), 0);
+  write_file(path("tail.gz"), two + std::string(70000, 'x'));
+  EXPECT_THROW_WITH(read_idx(path("tail.gz")), FileFormatError,
+                    "70000 bytes after the end of the gzip stream");
+}
+
 TEST_F(IoTest, IdxMissingFileIsFileNotFound) {
   EXPECT_THROW_WITH(read_idx(path("absent.idx")), FileNotFoundError, "absent.idx");
   EXPECT_THROW_WITH(read_idx(directory_.string()), FileNotFoundError, "not a regular file");
