@@ -2,6 +2,7 @@
 #include "distribution/distribution.h"
 
 #include <cstdio>
+#include <map>
 #include <mutex>
 
 #include "distribution/runtime.h"
@@ -45,6 +46,11 @@ std::int64_t Distribution::num_data_shards() const {
 }
 
 std::int64_t data_shard_id_for(std::int64_t replicas, int processes, int process_id) {
+  if (replicas < 1 || processes < 1 || process_id < 0 || process_id >= processes) {
+    throw ValueError(str("data_shard_id_for: got ", replicas, " replicas, ", processes,
+                         " processes and process id ", process_id, "; expected at least one of ",
+                         "each and an id in [0, processes)"));
+  }
   if (replicas >= processes) return process_id;
   // Several processes hold one replica: contiguous groups read the same shard (Keras >= 3.15).
   return process_id / (processes / replicas);
@@ -174,6 +180,26 @@ std::shared_ptr<Distribution> distribution() {
   return global_distribution;
 }
 
+namespace {
+// Groups are created once per (mesh, axis) and kept: creating one is a collective split, which
+// every layer and every step would otherwise repeat. Every process creates them in the same
+// order (the calls are collective), so the caches agree across processes.
+std::mutex group_cache_mutex;
+std::map<std::string, std::shared_ptr<Communicator>> group_cache;
+
+std::string group_key(const DeviceMesh& mesh, const std::string& axis_name) {
+  std::string key = shape_to_string(mesh.shape());
+  for (const std::string& name : mesh.axis_names()) key += "|" + name;
+  for (const std::string& device : mesh.devices()) key += "|" + device;
+  return key + "|axis=" + axis_name;
+}
+}  // namespace
+
+void clear_mesh_axis_groups() {
+  std::lock_guard lock(group_cache_mutex);
+  group_cache.clear();
+}
+
 std::shared_ptr<Communicator> mesh_axis_group(const DeviceMesh& mesh,
                                               const std::string& axis_name) {
   int axis = mesh.axis_index(axis_name);
@@ -182,13 +208,18 @@ std::shared_ptr<Communicator> mesh_axis_group(const DeviceMesh& mesh,
                          " devices but there are ", num_processes(), " processes; the mesh must "
                          "have one device per process"));
   }
+  std::lock_guard lock(group_cache_mutex);
+  std::string key = group_key(mesh, axis_name);
+  if (auto found = group_cache.find(key); found != group_cache.end()) return found->second;
   std::vector<std::int64_t> coordinates = mesh.coordinates(process_id());
-  int key = static_cast<int>(coordinates[axis]);
+  int rank_in_group = static_cast<int>(coordinates[axis]);
   coordinates[axis] = 0;
   std::int64_t color = 0;  // row-major index of the coordinates with the axis removed
   for (std::size_t d = 0; d < coordinates.size(); ++d) color = color * mesh.shape()[d] + coordinates[d];
-  return world().split(static_cast<int>(color), key,
-                       str("mesh axis '", axis_name, "' (group ", color, ")"));
+  auto group = world().split(static_cast<int>(color), rank_in_group,
+                             str("mesh axis '", axis_name, "' (group ", color, ")"));
+  group_cache.emplace(key, group);
+  return group;
 }
 
 Tensor distribute_tensor(const Tensor& tensor, const TensorLayoutPtr& layout) {

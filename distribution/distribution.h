@@ -116,8 +116,11 @@ std::shared_ptr<Distribution> distribution();
 
 // The processes that differ only in their coordinate along `axis_name` of `mesh` (one device
 // per process, device index = process id): the group a collective over that mesh axis runs on.
-// Collective: every process must call it, with the same mesh and axis.
+// Collective the first time for a (mesh, axis): every process must call it, with the same mesh
+// and axis; the group is cached and later calls return it without communicating.
 std::shared_ptr<Communicator> mesh_axis_group(const DeviceMesh& mesh, const std::string& axis_name);
+// Drops the cached mesh-axis groups (finalize() does, before MPI ends).
+void clear_mesh_axis_groups();
 
 // This process's shard of a full tensor under `layout` (device index = process id); the tensor
 // itself when the layout is null or replicates it.

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "distribution/collective_failure.h"
+#include "distribution/distribution.h"
 #include "distribution/mpi/mpi_communicator.h"
 #include "engine/environment.h"
 #include "engine/gpu_runtime.h"
@@ -184,6 +185,7 @@ void finalize() {
       abort_job(error.what());
     }
   }
+  clear_mesh_axis_groups();
   world_communicator.reset();
   MPI_Finalize();
 }
