@@ -211,7 +211,7 @@ std::shared_ptr<Communicator> mesh_axis_group(const DeviceMesh& mesh,
   std::lock_guard lock(group_cache_mutex);
   std::string key = group_key(mesh, axis_name);
   if (auto found = group_cache.find(key); found != group_cache.end()) return found->second;
-  std::vector<std::int64_t> coordinates = mesh.coordinates(process_id());
+  std::vector<std::int64_t> coordinates = process_coordinates(mesh);
   int rank_in_group = static_cast<int>(coordinates[axis]);
   coordinates[axis] = 0;
   std::int64_t color = 0;  // row-major index of the coordinates with the axis removed
@@ -222,9 +222,33 @@ std::shared_ptr<Communicator> mesh_axis_group(const DeviceMesh& mesh,
   return group;
 }
 
+std::int64_t process_device_index(const DeviceMesh& mesh) {
+  const std::vector<std::string>& devices = mesh.devices();
+  std::string suffix = str(":", process_id());
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const std::string& device = devices[i];
+    if (device.size() > suffix.size() &&
+        device.compare(device.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      return static_cast<std::int64_t>(i);
+    }
+  }
+  throw ValueError(str(mesh.to_string(), " does not hold this process's device (index ",
+                       process_id(), " of ", num_processes(), " processes); a mesh used across ",
+                       "processes must list the global devices, one per process"));
+}
+
+std::vector<std::int64_t> process_coordinates(const DeviceMesh& mesh) {
+  return mesh.coordinates(process_device_index(mesh));
+}
+
 Tensor distribute_tensor(const Tensor& tensor, const TensorLayoutPtr& layout) {
-  if (!layout || layout->is_replicated()) return tensor;
-  auto [starts, sizes] = layout->shard_of(tensor.shape(), process_id());
+  if (!layout) return tensor;
+  // Checked even when the layout replicates everything: Keras raises on a layout without a
+  // mesh and on one whose rank differs from the tensor's (its replicated fast path did not).
+  if (!tensor.defined()) throw ValueError("distribute_tensor: the tensor is undefined");
+  layout->check_fits(tensor.shape(), "distribute_tensor");
+  if (layout->is_replicated()) return tensor;
+  auto [starts, sizes] = layout->shard_of(tensor.shape(), process_device_index(*layout->device_mesh()));
   return ops::slice(tensor, starts, sizes);
 }
 

@@ -115,15 +115,24 @@ void set_distribution(std::shared_ptr<Distribution> value);
 std::shared_ptr<Distribution> distribution();
 
 // The processes that differ only in their coordinate along `axis_name` of `mesh` (one device
-// per process, device index = process id): the group a collective over that mesh axis runs on.
+// per process, coordinates from process_coordinates): the group a collective over that axis
+// runs on.
 // Collective the first time for a (mesh, axis): every process must call it, with the same mesh
 // and axis; the group is cached and later calls return it without communicating.
 std::shared_ptr<Communicator> mesh_axis_group(const DeviceMesh& mesh, const std::string& axis_name);
 // Drops the cached mesh-axis groups (finalize() does, before MPI ends).
 void clear_mesh_axis_groups();
 
-// This process's shard of a full tensor under `layout` (device index = process id); the tensor
-// itself when the layout is null or replicates it.
+// The position in `mesh.devices()` of this process's device ("cpu:<process id>" or
+// "gpu:<process id>"), and its mesh coordinates: a permuted device list is honoured, so a
+// process's coordinate is where its device sits, not its process id. ValueError when the mesh
+// does not hold this process's device.
+std::int64_t process_device_index(const DeviceMesh& mesh);
+std::vector<std::int64_t> process_coordinates(const DeviceMesh& mesh);
+
+// This process's shard of a full tensor under `layout` (its block at its device's position in
+// the mesh); the tensor itself when the layout is null or replicates it. The layout is checked
+// either way (it needs a mesh and one entry per tensor dimension).
 Tensor distribute_tensor(const Tensor& tensor, const TensorLayoutPtr& layout);
 
 }  // namespace keras::distribution

@@ -202,6 +202,8 @@ int process_id() { return world().rank(); }
 
 std::vector<std::string> list_devices(std::optional<std::string> device_type) {
   std::string type;
+  // Keras: an empty device_type (like None) means the default type.
+  if (device_type && device_type->empty()) device_type.reset();
   if (device_type) {
     for (char c : *device_type) type += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (type != "cpu" && type != "gpu") {

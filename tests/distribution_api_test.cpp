@@ -195,6 +195,17 @@ TEST(Runtime, JobAddressesDevicesAndDistributeTensor) {
   auto layout = std::make_shared<TensorLayout>(Axes{"batch"}, mesh);
   EXPECT_EQ(distribute_tensor(full, layout).to_vector<float>(), full.to_vector<float>());
   EXPECT_TRUE(distribute_tensor(full, nullptr).same_as(full));
+  // Found against Keras: a replicated layout skipped every check.
+  expect_throw_with<ValueError>(
+      [&] { distribute_tensor(full, std::make_shared<TensorLayout>(Axes{std::nullopt})); },
+      "has no device mesh");
+  expect_throw_with<ValueError>(
+      [&] { distribute_tensor(full, std::make_shared<TensorLayout>(Axes{std::nullopt, std::nullopt}, mesh)); },
+      "has 2 axes but the tensor has shape (8,)");
+  EXPECT_EQ(list_devices(""), list_devices());  // Keras: "" means the default type
+  DeviceMesh elsewhere({1}, {"batch"}, std::vector<std::string>{"cpu:7"});
+  expect_throw_with<ValueError>([&] { process_coordinates(elsewhere); },
+                                "does not hold this process's device");
 }
 
 // The environment-variable and mpirun cases run in their own processes (initialize_* in CTest).

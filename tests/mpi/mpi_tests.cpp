@@ -89,6 +89,16 @@ TEST(MpiCollectives, OneGroupPerMeshAxis) {
   EXPECT_EQ(batch_group->rank(), rank() / 2);
   expect_throw_with<ValueError>([] { kd::mesh_axis_group(kd::DeviceMesh({4}, {"batch"}), "model"); },
                                 "'model' is not an axis");
+  // A permuted device list: a process's coordinate is where its device sits in the mesh.
+  kd::DeviceMesh permuted({2, 2}, {"batch", "model"},
+                          std::vector<std::string>{"cpu:3", "cpu:1", "cpu:2", "cpu:0"});
+  const std::int64_t position[4] = {3, 1, 2, 0};  // of cpu:0 … cpu:3
+  EXPECT_EQ(kd::process_device_index(permuted), position[rank()]);
+  auto permuted_model = kd::mesh_axis_group(permuted, "model");  // {cpu:3, cpu:1}, {cpu:2, cpu:0}
+  Tensor pair_sum = Tensor::full({1}, rank());
+  permuted_model->all_reduce(pair_sum);
+  EXPECT_EQ(pair_sum.item(), rank() % 2 == 1 ? 4.0 : 2.0);
+  EXPECT_EQ(permuted_model->rank(), position[rank()] % 2);
 }
 
 TEST(MpiDistributions, ReplicaCountsAndShardsAcrossProcesses) {
