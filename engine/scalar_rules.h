@@ -81,15 +81,21 @@ constexpr T sign(T value) {
   return static_cast<T>((T{} < value) - (value < T{}));
 }
 
+// NaN passes through; -0 gives +0, as max(x, 0) in IEEE 754-2019 and XLA.
 template <typename T>
 constexpr T relu(T value) {
-  return value < T{} ? T{} : value;  // NaN < 0 is false: NaN passes through
+  return value > T{} || is_nan(value) ? value : T{};
 }
 
+// -0 counts as below +0 (IEEE 754-2019 maximum/minimum, XLA), so results do not depend on the
+// order of the arguments (or of a reduction).
 template <typename T>
 constexpr T maximum(T a, T b) {
   if (is_nan(a)) return a;
   if (is_nan(b)) return b;
+  if constexpr (std::is_floating_point_v<T>) {
+    if (a == b) return std::signbit(a) ? b : a;
+  }
   return a >= b ? a : b;
 }
 
@@ -97,6 +103,9 @@ template <typename T>
 constexpr T minimum(T a, T b) {
   if (is_nan(a)) return a;
   if (is_nan(b)) return b;
+  if constexpr (std::is_floating_point_v<T>) {
+    if (a == b) return std::signbit(a) ? a : b;
+  }
   return a <= b ? a : b;
 }
 

@@ -16,7 +16,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -41,6 +43,8 @@ constexpr std::size_t kHeaderLengthBytes = 8;
 // A valid header nests three deep (the object, an entry, its shape); the reference
 // implementation's JSON parser stops at 128. Deeper input is refused while parsing.
 constexpr int kMaxHeaderDepth = 64;
+// A temporary of a dead process untouched for this long is removed by the next save.
+constexpr std::chrono::minutes kAbandonedAfter{10};
 
 // Tensor bytes are copied to and from the file as they lie in memory; the format is
 // little-endian, so a big-endian host would need byte swapping that nobody has asked for yet.
@@ -84,12 +88,13 @@ struct FileCloser {
 };
 using FilePointer = std::unique_ptr<std::FILE, FileCloser>;
 
-// Temporaries are named "<target>.tmp.<pid>.<host>.XXXXXX" (mkstemp fills the X's), so that
-// a later save can tell which ones belong to a process of this host that no longer exists.
+// Temporaries are named "<target>.tmp.<pid>.<host>.keras-XXXXXX" (mkstemp fills the X's), so
+// that a later save can tell which ones belong to a process of this host that no longer exists
+// (and never takes a user's "<target>.tmp.<something>" for one).
 std::string temporary_prefix(const std::string& target_path) {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "unknown-host");
-  return str(target_path, ".tmp.", ::getpid(), ".", host, ".");
+  return str(target_path, ".tmp.", ::getpid(), ".", host, ".keras-");
 }
 
 // Removes the temporaries of saves to `target_path` whose process died (a killed save cannot
@@ -105,18 +110,33 @@ void remove_abandoned_temporaries(const std::string& target_path) {
   for (fs::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
     std::string name = it->path().filename().string();
     if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    // The rest is "<pid>.<host>.XXXXXX".
+    // The rest is "<pid>.<host>.keras-XXXXXX", the X's from mkstemp's alphabet.
+    static constexpr std::string_view kMarker = ".keras-";
+    const std::size_t tail = kMarker.size() + 6;
     std::string rest = name.substr(prefix.size());
     std::size_t dot = rest.find('.');
-    if (dot == std::string::npos || rest.size() < dot + 8) continue;
+    if (dot == std::string::npos || rest.size() < dot + 1 + tail ||
+        rest.compare(rest.size() - tail, kMarker.size(), kMarker) != 0) {
+      continue;
+    }
+    bool mkstemp_suffix = true;
+    for (std::size_t i = rest.size() - 6; i < rest.size(); ++i) {
+      mkstemp_suffix = mkstemp_suffix && std::isalnum(static_cast<unsigned char>(rest[i]));
+    }
+    if (!mkstemp_suffix) continue;
     std::string pid_text = rest.substr(0, dot);
-    std::string owner_host = rest.substr(dot + 1, rest.size() - dot - 8);
+    std::string owner_host = rest.substr(dot + 1, rest.size() - dot - 1 - tail);
     long pid = 0;
     auto [stop, parse_error] = std::from_chars(pid_text.data(), pid_text.data() + pid_text.size(), pid);
     if (parse_error != std::errc() || stop != pid_text.data() + pid_text.size() || pid <= 0 ||
         owner_host != host) {
       continue;
     }
+    // A process of another PID namespace on a host of the same name (containers) looks dead
+    // from here, so only temporaries untouched for kAbandonedAfter are taken for abandoned.
+    std::error_code time_error;
+    auto modified = fs::last_write_time(it->path(), time_error);
+    if (time_error || fs::file_time_type::clock::now() - modified < kAbandonedAfter) continue;
     if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
       std::error_code ignored;
       fs::remove(it->path(), ignored);
@@ -224,6 +244,62 @@ class TemporaryFile {
   bool committed_ = false;
 };
 
+// SAX handler of the header's validation pass: nesting depth and keys that appear twice in one
+// object. It stops the parse (returns false) at the first problem, which it keeps.
+struct HeaderShapeCheck {
+  using number_integer_t = Json::number_integer_t;
+  using number_unsigned_t = Json::number_unsigned_t;
+  using number_float_t = Json::number_float_t;
+  using string_t = Json::string_t;
+  using binary_t = Json::binary_t;
+
+  std::vector<std::set<std::string>> keys_of_open_objects;
+  int depth = 0;
+  std::string problem;
+
+  bool open() {
+    if (++depth > kMaxHeaderDepth) {
+      problem = str("the header nests deeper than ", kMaxHeaderDepth, " levels");
+      return false;
+    }
+    return true;
+  }
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(number_integer_t) { return true; }
+  bool number_unsigned(number_unsigned_t) { return true; }
+  bool number_float(number_float_t, const string_t&) { return true; }
+  bool string(string_t&) { return true; }
+  bool binary(binary_t&) { return true; }
+  bool start_object(std::size_t) {
+    keys_of_open_objects.emplace_back();
+    return open();
+  }
+  bool key(string_t& key) {
+    if (!keys_of_open_objects.back().insert(key).second) {
+      problem = str("the key ", quote_input(key), " appears twice in one object of the header");
+      return false;
+    }
+    return true;
+  }
+  bool end_object() {
+    keys_of_open_objects.pop_back();
+    --depth;
+    return true;
+  }
+  bool start_array(std::size_t) { return open(); }
+  bool end_array() {
+    --depth;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& error) {
+    std::string message = error.what();
+    if (message.size() > 200) message = message.substr(0, 200) + "...";
+    problem = str("the header is not valid JSON: ", message);
+    return false;
+  }
+};
+
 // One tensor's header entry after validation.
 struct Entry {
   std::string name;
@@ -255,26 +331,15 @@ class HeaderReader {
     if (std::size_t nul = text.find('\0'); nul != std::string::npos) {
       fail(str("the header holds a NUL byte at offset ", nul, "; JSON text cannot contain one"));
     }
-    std::vector<std::set<std::string>> keys_of_open_objects;
-    auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
-      if (depth > kMaxHeaderDepth) {
-        fail(str("the header nests deeper than ", kMaxHeaderDepth, " levels"));
-      }
-      switch (event) {
-        case Json::parse_event_t::object_start: keys_of_open_objects.emplace_back(); break;
-        case Json::parse_event_t::object_end: keys_of_open_objects.pop_back(); break;
-        case Json::parse_event_t::key:
-          if (!keys_of_open_objects.back().insert(parsed.get<std::string>()).second) {
-            fail(str("the key ", quote_input(parsed.get<std::string>()), " appears twice in one ",
-                     "object of the header"));
-          }
-          break;
-        default: break;
-      }
-      return true;
-    };
+    // First a linear SAX pass that checks depth and keys and builds nothing (nlohmann's parse
+    // with a callback rescans an object's siblings at every closing brace: quadratic on a
+    // header of millions of small objects), then the plain parse, which is then known shallow.
+    HeaderShapeCheck shape_check;
     try {
-      return Json::parse(text, check);
+      bool valid = Json::sax_parse(text, &shape_check);
+      if (!shape_check.problem.empty()) fail(shape_check.problem);
+      if (!valid) fail("the header is not valid JSON");
+      return Json::parse(text);
     } catch (const Json::exception& error) {
       // nlohmann quotes the last token it read, which can be any size: keep the start.
       std::string message = error.what();
@@ -321,6 +386,10 @@ class HeaderReader {
         fail(str(where, " has shape ", describe(shape_field), ", whose size overflows 64 bits"));
       }
       shape.push_back(static_cast<std::int64_t>(dim));
+    }
+    if (!checked_shape_size(shape)) {
+      fail(str(where, " has shape ", shape_to_string(shape), ", which has more elements than fit ",
+               "in 64 bits (counting zero dimensions as ones)"));
     }
     std::uint64_t expected_bytes = 0;
     if (__builtin_mul_overflow(element_count, dtype_size(*dtype), &expected_bytes)) {

@@ -122,6 +122,18 @@ TEST(Reductions, NaNWinsMaxMinAndArgmaxWhereverItIs) {
   }
 }
 
+TEST(SignedZeros, MinusZeroIsBelowPlusZeroWhateverTheOrder) {
+  auto bits = [](const Tensor& t) { return std::signbit(t.to_vector<double>()[0]); };
+  Tensor plus = Tensor::full({1}, 0.0, float64), minus = Tensor::full({1}, -0.0, float64);
+  EXPECT_FALSE(bits(ops::maximum(minus, plus)));
+  EXPECT_FALSE(bits(ops::maximum(plus, minus)));
+  EXPECT_TRUE(bits(ops::minimum(minus, plus)));
+  EXPECT_TRUE(bits(ops::minimum(plus, minus)));
+  EXPECT_FALSE(bits(ops::relu(minus)));
+  EXPECT_FALSE(bits(ops::max(Tensor::from_vector<double>({-0.0, 0.0}, {2}))));
+  EXPECT_FALSE(bits(ops::max(Tensor::from_vector<double>({0.0, -0.0}, {2}))));
+}
+
 TEST(Reductions, MeanOfNothingIsNaN) {
   Tensor empty_rows = Tensor::zeros({0, 3});
   for (float v : ops::mean(empty_rows, {0}).to_vector<float>()) EXPECT_TRUE(std::isnan(v));

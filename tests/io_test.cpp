@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <array>
 #include <atomic>
 #include <bit>
@@ -298,6 +299,18 @@ TEST_F(IoTest, SafetensorsHostileHeadersAreRefusedWithShortMessages) {
     EXPECT_LT(std::string(error.what()).size(), 600u) << std::string(error.what()).substr(0, 600);
     EXPECT_NE(std::string(error.what()).find("(1048576 bytes in all)"), std::string::npos);
   }
+  // Millions of small objects: the validation pass is linear (a parse callback was quadratic).
+  std::string many = "{\"__metadata__\": {\"a\": \"b\"}, \"list\": [";
+  for (int i = 0; i < 300000; ++i) many += i ? ",{}" : "{}";
+  many += "]}";
+  write_file(path("many.safetensors"), safetensors_bytes(many, ""));
+  EXPECT_THROW_WITH(load_safetensors(path("many.safetensors")), FileFormatError,
+                    "entry 'list' is an array of 300000 elements");
+  // No elements, but strides that overflow: a corrupt file, not a ShapeError from the engine.
+  write_file(path("strides.safetensors"),
+             safetensors_bytes(R"({"x": {"dtype": "U8", "shape": [0, 4611686018427387904, 4611686018427387904], "data_offsets": [0, 0]}})", ""));
+  EXPECT_THROW_WITH(load_safetensors(path("strides.safetensors")), FileFormatError,
+                    "more elements than fit in 64 bits");
   // Valid files still load, trailing space padding included.
   write_file(path("padded.safetensors"), safetensors_bytes(valid + "   ", std::string(4, '\0')));
   EXPECT_EQ(load_safetensors(path("padded.safetensors")).size(), 1u);
@@ -353,14 +366,22 @@ TEST_F(IoTest, SafetensorsTemporariesOfKilledSavesAreRemoved) {
   char host[256] = {};
   ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
   const std::string target = path("w.safetensors");
-  std::string dead = str(target, ".tmp.", child, ".", host, ".a1b2c3");
-  std::string alive = str(target, ".tmp.", ::getpid(), ".", host, ".d4e5f6");  // a save in progress
-  std::string other_host = str(target, ".tmp.", child, ".some-other-host.g7h8i9");
-  for (const std::string& name : {dead, alive, other_host}) write_file(name, "partial");
+  std::string dead = str(target, ".tmp.", child, ".", host, ".keras-a1b2c3");
+  std::string alive = str(target, ".tmp.", ::getpid(), ".", host, ".keras-d4e5f6");  // a save in progress
+  std::string other_host = str(target, ".tmp.", child, ".some-other-host.keras-g7h8i9");
+  std::string recent = str(target, ".tmp.", child, ".", host, ".keras-j0k1l2");  // another container's?
+  std::string not_ours = str(target, ".tmp.", child, ".", host, ".backup");  // a user's file
+  auto an_hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const std::string& name : {dead, alive, other_host, recent, not_ours}) {
+    write_file(name, "partial");
+    if (name != recent) fs::last_write_time(name, an_hour_ago);
+  }
   save_safetensors(target, {{"x", Tensor::ones({2})}});
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_TRUE(fs::exists(alive));
   EXPECT_TRUE(fs::exists(other_host));
+  EXPECT_TRUE(fs::exists(recent));
+  EXPECT_TRUE(fs::exists(not_ours));
   // The saved file gets the usual permissions (mkstemp creates 0600).
   auto permissions = fs::status(target).permissions();
   EXPECT_NE(permissions & fs::perms::owner_read, fs::perms::none);

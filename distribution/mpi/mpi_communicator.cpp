@@ -286,7 +286,18 @@ void MpiCommunicator::barrier() {
 }
 
 void MpiCommunicator::check_all_ranks_leaving() {
-  check_signature(operation_code(Kind::leaving), DType::int32, 0, "finalize");
+  // Ranks may reach the end far apart (one writes a checkpoint while the others are done), as
+  // MPI_Finalize allows; a peer still issuing collectives matches this exchange at once and
+  // disagrees, so only a peer that never arrives makes this wait, up to the longest deadline.
+  std::chrono::milliseconds collective_timeout = timeout_;
+  timeout_ = kMaximumTimeout;
+  try {
+    check_signature(operation_code(Kind::leaving), DType::int32, 0, "finalize");
+  } catch (...) {
+    timeout_ = collective_timeout;
+    throw;
+  }
+  timeout_ = collective_timeout;
 }
 
 std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {

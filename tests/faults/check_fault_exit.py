@@ -22,6 +22,7 @@ EXPECTED = {
                          r"ends the whole job \(MPI_Abort\)"]),
     "early_return": (60, False, [r"rank 0 issued finalize",
                                  r"ends the whole job \(MPI_Abort\)"]),
+    "blocked": (1, False, [r"all_reduce over world has blocked for more than 11\.0 s"]),
     "mismatch": (60, False, [r"rank 0 issued all_reduce \(sum\) of 4 float64 elements; "
                              r"rank 1 issued all_reduce \(max\) of 8 float32 elements",
                              r"ends the whole job \(MPI_Abort\)"]),

@@ -12,6 +12,9 @@
 //                 rank 0 checks that the poisoned communicator refuses at once, and returns
 //   early_return  [0] returns from main after a first fit while rank 1 starts another
 //   mismatch      ranks issue different collectives (count and dtype): both must be told
+//   blocked       [1] turns signature checks off and enters a blocking all_reduce that rank 0
+//                 joins only after 40 s: the watchdog must end rank 1 (timeout 1 s, so after
+//                 blocking_call_limit = 11 s; fault_at is when that limit passes)
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,6 +26,8 @@
 #include <string>
 #include <thread>
 
+#include "distribution/mpi/blocking_watchdog.h"
+#include "distribution/mpi/mpi_communicator.h"
 #include "keras.h"
 
 namespace kd = keras::distribution;
@@ -125,6 +130,19 @@ int run(const std::string& scenario) {
       std::vector<float> other(8, 1.0f);
       kd::world().all_reduce(other.data(), 8, keras::float32, kd::ReduceOperation::max);
     }
+  } else if (scenario == "blocked") {
+    std::vector<float> data(4, 1.0f);
+    if (kd::process_id() == 1) {
+      auto* mpi = dynamic_cast<kd::MpiCommunicator*>(&kd::world());
+      mpi->set_signature_checks(false);
+      double limit = std::chrono::duration<double>(kd::blocking_call_limit(mpi->timeout())).count();
+      std::printf("rank 1: fault_at=%.6f (the blocking call outlives its limit)\n",
+                  monotonic_seconds() + limit);
+      std::fflush(stdout);
+    } else {
+      std::this_thread::sleep_for(std::chrono::seconds(40));
+    }
+    kd::world().all_reduce(data.data(), 4, keras::float32, kd::ReduceOperation::sum);
   } else {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
     return 2;
@@ -136,7 +154,7 @@ int run(const std::string& scenario) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: fault_tool normal|killed|caught_error|stall|early_return|mismatch\n");
+    std::fprintf(stderr, "usage: fault_tool normal|killed|caught_error|stall|early_return|mismatch|blocked\n");
     return 2;
   }
   kd::initialize();
