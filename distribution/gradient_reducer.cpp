@@ -113,18 +113,20 @@ void GradientReducer::finish() {
   }
   start_ready_buckets();
   // Large gradients: all-reduced in place, now that backward no longer reads any gradient.
-  // A gradient rule may hand one tensor to several inputs (a + b gives both the same), so a
-  // gradient whose data another variable's gradient already uses is copied first.
-  std::vector<const void*> reduced;
+  // A gradient rule may hand one tensor to several inputs (a + b gives both the same). Such a
+  // gradient is reduced once and shared: reducing it again would sum it twice (the copy this
+  // code used to make came after the first in-place reduction had already summed the data;
+  // tests/mpi/mpi_tests.cpp's wide model caught it).
+  std::vector<Tensor> reduced;
   for (std::size_t position : in_place_) {
     Tensor& variable = variables_[position];
     Tensor gradient = variable.grad();
-    bool shared = std::find(reduced.begin(), reduced.end(), gradient.raw_data()) != reduced.end();
-    if (shared) {
-      gradient = gradient.clone();
-      variable.set_grad(gradient);
+    auto same_data = [&](const Tensor& other) { return other.raw_data() == gradient.raw_data(); };
+    if (auto found = std::find_if(reduced.begin(), reduced.end(), same_data); found != reduced.end()) {
+      variable.set_grad(*found);
+      continue;
     }
-    reduced.push_back(gradient.raw_data());
+    reduced.push_back(gradient);
     auto begin = std::chrono::steady_clock::now();
     group_->all_reduce(gradient.raw_data(), gradient.size(), gradient.dtype(), ReduceOperation::sum);
     communication_seconds_ +=

@@ -42,6 +42,7 @@ class GradientReducer {
   // variable's grad(). Variables that got no gradient contribute zeros.
   void finish();
   std::size_t bucket_count() const { return buckets_.size(); }
+  std::size_t in_place_count() const { return in_place_.size(); }
   // Seconds spent in all-reduces during the last step.
   double last_communication_seconds() const { return last_communication_seconds_; }
 

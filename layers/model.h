@@ -113,6 +113,11 @@ class Model : public Layer {
   losses::LossPtr loss_;
   std::vector<std::string> metric_names_;
   std::shared_ptr<distribution::GradientReducer> gradient_reducer_;
+
+ public:
+  // The data-parallel reducer of the last distributed step (null before one), for tests and
+  // benchmarks that check how gradients were grouped.
+  const distribution::GradientReducer* gradient_reducer() const { return gradient_reducer_.get(); }
 };
 
 class Sequential : public Model {

@@ -6,6 +6,7 @@
 
 #include <thread>
 
+#include "distribution/gradient_reducer.h"
 #include "distribution/mpi/mpi_communicator.h"
 #include "keras.h"
 #include "tests/test_helpers.h"
@@ -215,6 +216,72 @@ TEST(DataParallelTraining, MatchesOneProcessWithAdam) { expect_same_training("ad
 // 66 samples: the last batch has 2 rows, so with 4 processes two of them get none.
 TEST(DataParallelTraining, MatchesOneProcessWithDropoutAndEmptyShares) {
   expect_same_training("adam", 66, /*dropout=*/true);
+}
+
+// What the small model never reached: several buckets, gradients of 1 MiB or more reduced in
+// place, two of them aliased (a + b hands both the same gradient tensor), and a float64
+// variable beside float32 ones.
+class AliasedPair : public Layer {
+ public:
+  explicit AliasedPair(std::int64_t units) : Layer("aliased_pair", ""), units_(units) {}
+  void build(const Shape& input_shape) override {
+    a_ = add_weight("a", {input_shape.back(), units_}, initializers::glorot_uniform());
+    b_ = add_weight("b", {input_shape.back(), units_}, initializers::glorot_uniform());
+  }
+  Tensor call(const Tensor& x, bool) override { return ops::relu(ops::matmul(x, a_ + b_)); }
+
+ private:
+  std::int64_t units_;
+  Tensor a_, b_;
+};
+
+class Float64Scale : public Layer {
+ public:
+  Float64Scale() : Layer("float64_scale", "") {}
+  void build(const Shape& input_shape) override {
+    scale_ = add_weight("scale", {input_shape.back()}, initializers::ones(), true, float64);
+  }
+  Tensor call(const Tensor& x, bool) override { return x * ops::cast(scale_, float32); }
+
+ private:
+  Tensor scale_;
+};
+
+std::vector<std::vector<double>> train_wide(bool data_parallel, std::size_t* buckets,
+                                            std::size_t* in_place) {
+  clear_session();
+  kd::set_distribution(data_parallel ? std::make_shared<kd::DataParallel>() : nullptr);
+  set_random_seed(77);
+  Tensor x = ops::random({RandomDistribution::normal, 0, 1, 31}, {48, 64});
+  Tensor y = ops::cast(ops::random({RandomDistribution::uniform, 0, 3, 32}, {48}, float64), int64);
+  // Gradient sizes: 512x512 float32 pair = 1 MiB each (in place), 512x384 = 0.75 MiB and
+  // 384x256 = 0.375 MiB (bucketed: more than the 1 MiB first bucket, so two buckets).
+  Sequential model({layers::Dense(512, "relu"), AliasedPair(512), layers::Dense(384, "relu"),
+                    layers::Dense(256, "tanh"), Float64Scale(), layers::Dense(3)});
+  // SGD: an update proportional to the gradient shows a gradient summed twice as it is (Adam
+  // normalises it away) and keeps float32 rounding differences at their own size.
+  model.compile(optimizers::SGD(0.05, 0.9), losses::SparseCategoricalCrossentropy(true));
+  model.fit(x, y, {.batch_size = 16, .epochs = 2, .verbose = 0});
+  if (data_parallel) {
+    *buckets = model.gradient_reducer()->bucket_count();
+    *in_place = model.gradient_reducer()->in_place_count();
+  }
+  std::vector<std::vector<double>> weights;
+  for (const Tensor& weight : model.weights()) weights.push_back(weight.to_vector<double>());
+  kd::set_distribution(nullptr);
+  return weights;
+}
+
+TEST(DataParallelTraining, WideModelWithBucketsInPlaceAliasedAndFloat64MatchesOneProcess) {
+  std::size_t buckets = 0, in_place = 0;
+  auto single = train_wide(false, nullptr, nullptr);
+  auto parallel = train_wide(true, &buckets, &in_place);
+  EXPECT_GE(buckets, 2u);
+  EXPECT_EQ(in_place, 2u);  // the aliased pair
+  ASSERT_EQ(single.size(), parallel.size());
+  for (std::size_t w = 0; w < single.size(); ++w) {
+    keras::testing::expect_close(parallel[w], single[w], 1e-5, "weight " + std::to_string(w));
+  }
 }
 
 TEST(DataParallelTraining, DifferentArgumentsOnOneRankAreAnError) {
