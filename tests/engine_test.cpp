@@ -101,6 +101,36 @@ TEST(Autograd, LeafReadyHookFiresOncePerLeafInAFixedOrder) {
   for (int repeat = 0; repeat < 5; ++repeat) EXPECT_EQ(run(), first);  // same order every time
 }
 
+// The order must follow the graph's structure, never where tensors happen to sit in memory:
+// data-parallel processes build their graphs with different allocation histories and must
+// still see their leaves in one order (buckets are issued in it). Two graphs of 12 leaves,
+// built with different allocations in between, give the same order, and it is the order the
+// structure implies.
+TEST(Autograd, LeafOrderDependsOnTheGraphNotOnAddresses) {
+  auto leaf_order = [](int padding) {
+    std::vector<Tensor> keep_alive;
+    std::vector<Tensor> leaves;
+    for (int i = 0; i < 12; ++i) {
+      for (int p = 0; p < padding * (i % 3 + 1); ++p) keep_alive.push_back(Tensor::zeros({17 + p}));
+      leaves.push_back(Tensor::ones({3}).set_requires_grad(true).set_name(str("w", i)));
+    }
+    // A chain with side branches: w0 feeds the end, w11 the start.
+    Tensor h = leaves[11];
+    for (int i = 10; i >= 0; --i) h = ops::tanh(h) * leaves[i] + (i % 2 == 0 ? leaves[i] : h);
+    std::vector<std::string> order;
+    backward({ops::sum(h)}, {Tensor::ones({})}, [&](const Tensor& leaf) { order.push_back(leaf.name()); });
+    return order;
+  };
+  std::vector<std::string> first = leaf_order(0);
+  EXPECT_EQ(leaf_order(5), first);
+  EXPECT_EQ(leaf_order(13), first);
+  // Each leaf is ready once all its uses are done: w0 is used last in forward, so first in
+  // backward, and so on down the chain.
+  std::vector<std::string> expected;
+  for (int i = 0; i < 12; ++i) expected.push_back(str("w", i));
+  EXPECT_EQ(first, expected);
+}
+
 TEST(Ops, BadInputsGiveClearErrors) {
   Tensor a = Tensor::zeros({2, 3});
   Tensor b = Tensor::zeros({4, 5});
