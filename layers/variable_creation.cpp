@@ -19,7 +19,20 @@ Tensor create_variable(const std::string& path, const Shape& shape, DType dtype,
     distribution::TensorLayoutPtr layout = active->get_variable_layout({path, shape, nullptr});
     if (layout) {
       layout->check_fits(shape, str("variable '", path, "'"));
-      if (!layout->is_replicated() && distribution::num_processes() > 1) {
+      if (!layout->is_replicated()) {
+        // One mesh device is one process: a mesh of another size cannot be honoured, and
+        // training it unsharded on one process would silently ignore the layout.
+        std::int64_t devices = layout->device_mesh()->size();
+        if (devices != distribution::num_processes()) {
+          throw ValueError(str("variable '", path, "' is sharded by ", layout->to_string(),
+                               " over a mesh of ", devices, " devices, but this job has ",
+                               distribution::num_processes(),
+                               distribution::num_processes() == 1 ? " process" : " processes",
+                               "; each mesh device is ",
+                               "one process (start the program with `mpirun -np ", devices,
+                               "`), or use a mesh of ", distribution::num_processes(),
+                               " devices"));
+        }
         throw NotImplementedError(str("variable '", path, "' is sharded by ", layout->to_string(),
                                       "; sharded variables and the layers that use them come "
                                       "with the model-parallel issue"));

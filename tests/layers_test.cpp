@@ -247,5 +247,20 @@ TEST_F(WeightsTest, EarlyStoppingAndModelCheckpoint) {
   expect_throw_with<ValueError>([] { ModelCheckpoint("weights.h5"); }, ".safetensors");
 }
 
+// A ModelParallel mesh of more devices than processes used to train unsharded without a word.
+TEST_F(LayersTest, ShardedLayoutOnAMeshLargerThanTheJobIsAnError) {
+  namespace kd = keras::distribution;
+  auto mesh = std::make_shared<kd::DeviceMesh>(std::vector<std::int64_t>{1, 2},
+                                               std::vector<std::string>{"batch", "model"},
+                                               std::vector<std::string>{"cpu:0", "cpu:1"});
+  auto layout_map = std::make_shared<kd::LayoutMap>(mesh);
+  (*layout_map)[".*dense.*kernel"] = kd::TensorLayout({std::nullopt, "model"});
+  kd::set_distribution(std::make_shared<kd::ModelParallel>(layout_map));
+  Sequential model({layers::Dense(4)});
+  expect_throw_with<ValueError>([&] { model(Tensor::zeros({2, 3})); },
+                                "over a mesh of 2 devices, but this job has 1 process;");
+  kd::set_distribution(nullptr);
+}
+
 }  // namespace
 }  // namespace keras
