@@ -2,7 +2,6 @@
 #include "distribution/device_mesh.h"
 
 #include <algorithm>
-#include <regex>
 #include <set>
 
 #include "distribution/runtime.h"
@@ -24,36 +23,6 @@ std::string axes_to_string(const std::vector<TensorLayout::Axis>& axes) {
   }
   if (axes.size() == 1) text += ",";
   return text + ")";
-}
-
-// The first number in `pattern` of 10 or more digits that std::regex would read as a count or a
-// back-reference (after an unescaped '{' up to its '}', or after a backslash), or "" if none.
-// libstdc++ 12 accumulates those numbers in a long without an overflow check, so
-// std::regex("a{99999999999999999999}") or std::regex("\\99999999999999999999") is signed
-// overflow (undefined behaviour) inside the library. Nine digits cannot overflow, and any count
-// that large is refused anyway (std::regex_error: more NFA states than its limit).
-std::string oversized_regex_number(const std::string& pattern) {
-  constexpr std::size_t kMaxDigits = 9;
-  auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
-  auto digits_at = [&](std::size_t i) {
-    std::size_t end = i;
-    while (end < pattern.size() && is_digit(pattern[end])) ++end;
-    return end - i;
-  };
-  for (std::size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '\\') {
-      if (std::size_t n = digits_at(i + 1); n > kMaxDigits) return pattern.substr(i + 1, n);
-      ++i;  // the escaped character
-    } else if (pattern[i] == '{') {
-      std::size_t j = i + 1;
-      while (j < pattern.size() && (is_digit(pattern[j]) || pattern[j] == ',')) {
-        std::size_t n = digits_at(j);
-        if (n > kMaxDigits) return pattern.substr(j, n);
-        j += n == 0 ? 1 : n;
-      }
-    }
-  }
-  return "";
 }
 
 }  // namespace
@@ -197,9 +166,11 @@ std::pair<Shape, Shape> TensorLayout::shard_of(const Shape& shape,
   return {starts, sizes};
 }
 
-LayoutMap::LayoutMap(DeviceMeshPtr device_mesh) : device_mesh_(std::move(device_mesh)) {}
+LayoutMap::LayoutMap(DeviceMeshPtr device_mesh) : state_(std::make_shared<State>()) {
+  state_->device_mesh = std::move(device_mesh);
+}
 LayoutMap::LayoutMap(const DeviceMesh& device_mesh)
-    : device_mesh_(std::make_shared<DeviceMesh>(device_mesh)) {}
+    : LayoutMap(std::make_shared<DeviceMesh>(device_mesh)) {}
 
 LayoutMap::Slot& LayoutMap::Slot::operator=(TensorLayout layout) {
   map_.insert(key_, std::move(layout));
@@ -212,37 +183,27 @@ LayoutMap::Slot& LayoutMap::Slot::operator=(const std::vector<TensorLayout::Axis
 }
 
 void LayoutMap::insert(const std::string& key, TensorLayout layout) {
-  for (const auto& [existing, value] : entries_) {
-    if (existing == key) {
+  for (const Entry& existing : state_->entries) {
+    if (existing.key == key) {
       throw ValueError(str("'", key, "' already exists in the LayoutMap with value ",
-                           value->to_string(), "; keys must be unique"));
+                           existing.layout->to_string(), "; keys must be unique"));
     }
   }
-  if (std::string number = oversized_regex_number(key); !number.empty()) {
-    throw ValueError(str("LayoutMap key '", key, "' is not a valid regular expression: the count "
-                         "or back-reference ", number, " is too large (at most 9 digits)"));
-  }
-  try {
-    std::regex check(key);
-    (void)check;
-  } catch (const std::regex_error& error) {
-    throw ValueError(str("LayoutMap key '", key, "' is not a valid regular expression: ",
-                         error.what()));
-  }
-  if (!layout.device_mesh() && device_mesh_) layout.set_device_mesh(device_mesh_);
-  entries_.emplace_back(key, std::make_shared<TensorLayout>(std::move(layout)));
+  LayoutPattern pattern(key);
+  if (!layout.device_mesh() && state_->device_mesh) layout.set_device_mesh(state_->device_mesh);
+  state_->entries.push_back({key, std::move(pattern), std::make_shared<TensorLayout>(std::move(layout))});
 }
 
 TensorLayoutPtr LayoutMap::get(const std::string& path) const {
-  for (const auto& [key, value] : entries_) {
-    if (key == path) return value;
+  for (const Entry& entry : state_->entries) {
+    if (entry.key == path) return entry.layout;
   }
   std::vector<std::string> matches;
   TensorLayoutPtr found;
-  for (const auto& [key, value] : entries_) {
-    if (std::regex_match(path, std::regex(key))) {
-      matches.push_back(key);
-      found = value;
+  for (const Entry& entry : state_->entries) {
+    if (entry.pattern.full_match(path)) {
+      matches.push_back(entry.key);
+      found = entry.layout;
     }
   }
   if (matches.size() > 1) {
@@ -253,10 +214,11 @@ TensorLayoutPtr LayoutMap::get(const std::string& path) const {
 }
 
 TensorLayoutPtr LayoutMap::pop(const std::string& key) {
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->first == key) {
-      TensorLayoutPtr value = it->second;
-      entries_.erase(it);
+  auto& entries = state_->entries;
+  for (auto it = entries.begin(); it != entries.end(); ++it) {
+    if (it->key == key) {
+      TensorLayoutPtr value = it->layout;
+      entries.erase(it);
       return value;
     }
   }
@@ -265,7 +227,7 @@ TensorLayoutPtr LayoutMap::pop(const std::string& key) {
 
 std::vector<std::string> LayoutMap::keys() const {
   std::vector<std::string> result;
-  for (const auto& entry : entries_) result.push_back(entry.first);
+  for (const Entry& entry : state_->entries) result.push_back(entry.key);
   return result;
 }
 

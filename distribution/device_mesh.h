@@ -5,6 +5,7 @@
 // activation paths to layouts by full-match regular expression. Where Keras does not check
 // (a mesh axis used twice in one layout, layout rank, divisibility), we check and say so.
 #pragma once
+#include "distribution/layout_pattern.h"
 #include <map>
 #include <memory>
 #include <optional>
@@ -65,6 +66,9 @@ class TensorLayout {
 };
 using TensorLayoutPtr = std::shared_ptr<TensorLayout>;
 
+// Like the Python object it ports, a LayoutMap is shared, not copied: copies of a LayoutMap
+// (and the ModelParallel built from one) see the same entries, so keys added after the
+// distribution was made still apply, as in Keras.
 class LayoutMap {
  public:
   explicit LayoutMap(DeviceMeshPtr device_mesh = nullptr);
@@ -89,13 +93,21 @@ class LayoutMap {
   TensorLayoutPtr get(const std::string& path) const;
   // Removes an exact key; throws ValueError (Keras: KeyError) when absent.
   TensorLayoutPtr pop(const std::string& key);
-  std::size_t size() const { return entries_.size(); }
+  std::size_t size() const { return state_->entries.size(); }
   std::vector<std::string> keys() const;  // insertion order
-  const DeviceMeshPtr& device_mesh() const { return device_mesh_; }
+  const DeviceMeshPtr& device_mesh() const { return state_->device_mesh; }
 
  private:
-  DeviceMeshPtr device_mesh_;
-  std::vector<std::pair<std::string, TensorLayoutPtr>> entries_;
+  struct Entry {
+    std::string key;
+    LayoutPattern pattern;  // compiled once, at insertion
+    TensorLayoutPtr layout;
+  };
+  struct State {
+    DeviceMeshPtr device_mesh;
+    std::vector<Entry> entries;
+  };
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace keras::distribution

@@ -139,6 +139,7 @@ std::shared_ptr<LayoutMap> check_layout_map(std::shared_ptr<LayoutMap> layout_ma
 
 ModelParallel::ModelParallel(const LayoutMap& layout_map, std::string batch_dim_name,
                              bool auto_shard_dataset)
+    // A LayoutMap copy shares its entries (device_mesh.h): keys added later are seen, as in Keras.
     : ModelParallel(std::make_shared<LayoutMap>(layout_map), std::move(batch_dim_name),
                     auto_shard_dataset) {}
 

@@ -132,7 +132,8 @@ Tensor all_to_all(const Tensor& shard, const GroupPointer& group, int from_dim, 
   return local_chunk(all_gather(shard, group, from_dim), group, to_dim);
 }
 
-Tensor redistribute(const Tensor& local, const Sharding& from, const Sharding& to) {
+Tensor redistribute(const Tensor& local, const Sharding& from, const Sharding& to,
+                    const std::vector<ArrivingGradient>& arriving) {
   if (from.global_shape() != to.global_shape()) {
     throw ShapeError(str("redistribute: from ", from.to_string(), " to ", to.to_string(),
                          ": the global shapes differ"));
@@ -155,6 +156,10 @@ Tensor redistribute(const Tensor& local, const Sharding& from, const Sharding& t
                          shape_to_string(from.local_shape())));
   }
   const int axes = static_cast<int>(mesh.shape().size());
+  if (!arriving.empty() && static_cast<int>(arriving.size()) != axes) {
+    throw ValueError(str("redistribute: ", arriving.size(), " arriving-gradient kinds for a mesh of ",
+                         axes, " axes; expected one per axis (or none)"));
+  }
   auto group_of = [&](int axis) { return mesh_axis_group(mesh, mesh.axis_names()[static_cast<std::size_t>(axis)]); };
   Tensor current = local;
   Sharding state = from;
@@ -177,7 +182,9 @@ Tensor redistribute(const Tensor& local, const Sharding& from, const Sharding& t
     const Placement& source = state.placement(axis);
     const Placement& target = to.placement(axis);
     if (!source.is_shard() || source == target) continue;
-    current = all_gather(current, group_of(axis), source.dim());
+    current = all_gather(current, group_of(axis), source.dim(),
+                         arriving.empty() ? ArrivingGradient::replicated
+                                          : arriving[static_cast<std::size_t>(axis)]);
     state = state.with(axis, Placement::replicate());
   }
   // 3. Replicated axes that the target shards: cut this process's block.

@@ -45,6 +45,9 @@ Tensor all_to_all(const Tensor& shard, const std::shared_ptr<Communicator>& grou
 // chunk; Partial is never a target (it exists only as a matmul's output). Partial axes are
 // resolved first, then shards are gathered, then new shards cut, so no step needs data that
 // an earlier one dropped. Collective: every process of the mesh calls it with equal arguments.
-Tensor redistribute(const Tensor& local, const Sharding& from, const Sharding& to);
+// `arriving` (one entry per mesh axis, or empty for all replicated) says, for each axis, what
+// the gradient arriving at a gathered output will be (see all_gather).
+Tensor redistribute(const Tensor& local, const Sharding& from, const Sharding& to,
+                    const std::vector<ArrivingGradient>& arriving = {});
 
 }  // namespace keras::distribution

@@ -255,6 +255,17 @@ Tensor& Tensor::set_name(std::string name) {
   return *this;
 }
 
+const std::shared_ptr<const TensorAnnotation>& Tensor::annotation() const {
+  static const std::shared_ptr<const TensorAnnotation> none;
+  return impl_ ? impl_->annotation : none;
+}
+
+Tensor& Tensor::set_annotation(std::shared_ptr<const TensorAnnotation> annotation) {
+  check_defined("Tensor::set_annotation");
+  impl_->annotation = std::move(annotation);
+  return *this;
+}
+
 std::string Tensor::to_string(int max_elements) const {
   if (!defined()) return "Tensor(undefined)";
   std::ostringstream out;

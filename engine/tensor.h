@@ -18,6 +18,16 @@ namespace keras {
 class Tensor;
 struct GradientNode;
 
+// Something a higher layer knows about a tensor that the engine carries but never interprets:
+// the distribution module records here how a local tensor lies in a global one (its sharding).
+// Element-wise ops copy their input's annotation to their output (see ops/elementwise.cpp), so
+// a layout survives `relu(x)` or `x * mask` in user code between layers.
+struct TensorAnnotation {
+  virtual ~TensorAnnotation() = default;
+  virtual bool equals(const TensorAnnotation& other) const = 0;
+  virtual std::string to_string() const = 0;
+};
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;
@@ -26,6 +36,7 @@ struct TensorImpl {
   std::shared_ptr<GradientNode> gradient_node;  // null for leaves and constants
   std::shared_ptr<TensorImpl> grad;             // accumulated gradient of a leaf
   std::string name;                             // variable path, for error messages
+  std::shared_ptr<const TensorAnnotation> annotation;  // null unless a higher layer set one
 };
 
 class Tensor {
@@ -86,6 +97,9 @@ class Tensor {
 
   const std::string& name() const;
   Tensor& set_name(std::string name);
+  // The annotation a higher layer attached (null if none); see TensorAnnotation.
+  const std::shared_ptr<const TensorAnnotation>& annotation() const;
+  Tensor& set_annotation(std::shared_ptr<const TensorAnnotation> annotation);
   std::string to_string(int max_elements = 8) const;
 
   TensorImpl* impl() const { return impl_.get(); }

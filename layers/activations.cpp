@@ -19,4 +19,9 @@ ActivationFn get(const std::string& name) {
                        "linear"));
 }
 
+bool is_elementwise(const std::string& name) {
+  get(name);  // an unknown name is an error here too
+  return name != "softmax" && name != "log_softmax";
+}
+
 }  // namespace keras::activations

@@ -12,5 +12,8 @@ using ActivationFn = std::function<Tensor(const Tensor&)>;
 // relu, gelu, tanh, sigmoid, softmax, log_softmax, linear (and "" for none).
 // Throws ValueError naming the accepted names for anything else.
 ActivationFn get(const std::string& name);
+// Whether the activation acts on each element alone (all but softmax and log_softmax, which
+// normalise over the last axis): element-wise ones keep a sharded input sharded.
+bool is_elementwise(const std::string& name);
 
 }  // namespace keras::activations

@@ -1,6 +1,7 @@
 // Activation, Dropout, Flatten, Reshape, Embedding, LayerNormalization.
 #include "layers/basic_layers.h"
 
+#include "distribution/sharded_matmul.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
 #include "layers/global_batch.h"
@@ -8,7 +9,8 @@
 namespace keras::layers {
 
 Activation::Activation(const std::string& activation, const std::string& name)
-    : Layer("activation", name), activation_(activations::get(activation)) {}
+    : Layer("activation", name), activation_(activations::get(activation)),
+      elementwise_(activations::is_elementwise(activation)) {}
 
 Tensor Activation::call(const Tensor& inputs, bool) { return activation_(inputs); }
 
@@ -23,18 +25,32 @@ Tensor Dropout::call(const Tensor& inputs, bool training) {
   if (!training || rate_ == 0.0) return inputs;
   // A fresh Philox key per call, derived from the layer seed: reproducible, never repeating.
   RandomSpec spec{RandomDistribution::uniform, 0.0, 1.0, seed_ + 0x9E3779B97F4A7C15ull * ++calls_};
-  Tensor uniform;
+  // The mask is drawn as its block of the mask one process would draw for the whole batch
+  // and the whole activation: rows from the trainer's place in the global batch (data
+  // parallel), the other dimensions from the input's sharding (model parallel).
+  Shape full = inputs.shape();
+  Shape starts(inputs.shape().size(), 0);
+  bool block = false;
+  if (auto context = distribution::ShardingContext::current()) {
+    if (std::optional<distribution::Sharding> sharding = distribution::sharding_of(inputs)) {
+      auto [block_starts, block_sizes] = sharding->block(context->coordinates);
+      full = sharding->global_shape();
+      starts = block_starts;
+      if (!full.empty()) {
+        full[0] = inputs.dim(0);
+        starts[0] = 0;
+      }
+      block = true;
+    }
+  }
   const GlobalBatchRows* rows = global_batch_rows();
   if (rows != nullptr && inputs.rank() > 0 && inputs.dim(0) == rows->local) {
-    // Data parallel: this process's rows of the mask one process would draw for the global batch.
-    Shape full = inputs.shape();
     full[0] = rows->total;
-    Shape starts(inputs.shape().size(), 0);
     starts[0] = rows->offset;
-    uniform = ops::random_slice(spec, full, starts, inputs.shape(), inputs.dtype(), inputs.device());
-  } else {
-    uniform = ops::random(spec, inputs.shape(), inputs.dtype(), inputs.device());
+    block = true;
   }
+  Tensor uniform = block ? ops::random_slice(spec, full, starts, inputs.shape(), inputs.dtype(), inputs.device())
+                         : ops::random(spec, inputs.shape(), inputs.dtype(), inputs.device());
   Tensor keep = ops::cast(ops::greater_equal(uniform, ops::scalar_like(uniform, rate_)),
                           inputs.dtype());
   return inputs * keep * (1.0 / (1.0 - rate_));
@@ -90,13 +106,70 @@ Tensor Embedding::call(const Tensor& inputs, bool) {
     throw DTypeError(str("Embedding '", name(), "' expects int32 or int64 indices, got ",
                          dtype_name(inputs.dtype())));
   }
-  for (std::int64_t index : inputs.to_vector<std::int64_t>()) {
+  std::vector<std::int64_t> indices = inputs.to_vector<std::int64_t>();
+  for (std::int64_t index : indices) {
     if (index < 0 || index >= input_dim_) {
       throw ValueError(str("Embedding '", name(), "': index ", index,
                            " is out of range; expected indices in [0, ", input_dim_, ")"));
     }
   }
-  return ops::take(embeddings_, inputs, 0);
+  auto context = distribution::ShardingContext::current();
+  if (!context) return ops::take(embeddings_, inputs, 0);
+  return call_sharded(*context, inputs, indices);
+}
+
+Tensor Embedding::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs,
+                               const std::vector<std::int64_t>& indices) {
+  using distribution::Placement;
+  using distribution::Sharding;
+  Sharding index_sharding = context.activation_sharding(inputs);
+  Sharding table = distribution::variable_sharding(embeddings_, context.mesh);
+  // The table keeps its blocks on every axis but those where the indices differ (the batch
+  // axis): a table split there is gathered for the lookup, its gradient reduce-scattered.
+  Sharding wanted = table;
+  std::vector<bool> differs = context.data_differs(index_sharding, {});
+  for (int axis = 0; axis < context.axes(); ++axis) {
+    if (differs[static_cast<std::size_t>(axis)]) wanted = wanted.with(axis, Placement::replicate());
+  }
+  Tensor local_table = context.variable_as(embeddings_, table, wanted, index_sharding, {});
+  auto [starts, sizes] = wanted.block(context.coordinates);
+  const std::int64_t first_row = starts[0], rows = sizes[0];
+  Shape out_global = index_sharding.global_shape();
+  out_global.push_back(output_dim_);
+  std::vector<Placement> placements = index_sharding.placements();
+  bool vocabulary_split = false;
+  for (int axis = 0; axis < context.axes(); ++axis) {
+    const Placement& placement = wanted.placement(axis);
+    if (!placement.is_shard()) continue;
+    if (placement.dim() == 0) {
+      placements[static_cast<std::size_t>(axis)] = Placement::partial();
+      vocabulary_split = true;
+    } else {
+      placements[static_cast<std::size_t>(axis)] = Placement::shard(static_cast<int>(out_global.size()) - 1);
+    }
+  }
+  Tensor looked_up;
+  if (!vocabulary_split) {
+    looked_up = ops::take(local_table, inputs, 0);
+  } else {
+    // Rows held elsewhere are looked up as row 0 and zeroed: the all-reduce adds the one
+    // process's row that holds each index.
+    std::vector<std::int64_t> local_indices(indices.size());
+    std::vector<float> held(indices.size());
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+      bool mine = indices[i] >= first_row && indices[i] < first_row + rows;
+      local_indices[i] = mine ? indices[i] - first_row : 0;
+      held[i] = mine ? 1.0f : 0.0f;
+    }
+    Shape mask_shape = inputs.shape();
+    mask_shape.push_back(1);
+    Tensor mask = ops::cast(Tensor::from_vector(held, mask_shape), local_table.dtype());
+    looked_up = ops::take(local_table, Tensor::from_vector(local_indices, inputs.shape()), 0) * mask;
+  }
+  looked_up.set_annotation(nullptr);
+  distribution::ShardedTensor result{looked_up, Sharding(context.mesh, std::move(placements), out_global)};
+  result = distribution::resolve_partial(context, result);
+  return distribution::with_sharding(result.local, result.sharding);
 }
 
 LayerNormalization::LayerNormalization(double epsilon, bool center, bool scale,
@@ -114,6 +187,7 @@ void LayerNormalization::build(const Shape& input_shape) {
 Tensor LayerNormalization::call(const Tensor& inputs_in, bool) {
   // Computes in the weights' dtype (float32), as Dense does, whatever the input dtype.
   Tensor inputs = inputs_in.dtype() == float32 ? inputs_in : ops::cast(inputs_in, float32);
+  if (auto context = distribution::ShardingContext::current()) return call_sharded(*context, inputs);
   Tensor mean = ops::mean(inputs, {-1}, /*keepdims=*/true);
   Tensor centered = inputs - mean;
   Tensor variance = ops::mean(ops::square(centered), {-1}, /*keepdims=*/true);
@@ -121,6 +195,47 @@ Tensor LayerNormalization::call(const Tensor& inputs_in, bool) {
   if (gamma_.defined()) outputs = outputs * gamma_;
   if (beta_.defined()) outputs = outputs + beta_;
   return outputs;
+}
+
+}  // namespace keras::layers
+
+namespace keras::layers {
+
+Tensor LayerNormalization::call_sharded(const distribution::ShardingContext& context,
+                                        const Tensor& inputs) {
+  using distribution::Placement;
+  using distribution::Sharding;
+  Sharding sharding = context.activation_sharding(inputs);
+  const int last = static_cast<int>(sharding.global_shape().size()) - 1;
+  int split_axis = -1;  // the mesh axis that splits the normalised (last) axis, if any
+  for (int axis = 0; axis < context.axes(); ++axis) {
+    if (sharding.placement(axis).is_shard() && sharding.placement(axis).dim() == last) split_axis = axis;
+  }
+  const double width = static_cast<double>(sharding.global_shape().back());
+  // Row statistics over the whole last axis. Each row sum is partial across the splitting
+  // axis: all_reduce_sum makes it whole, and identity_with_summed_grad sums the per-process
+  // gradients that flow back into it from the local columns.
+  auto row_mean = [&](const Tensor& values) {
+    Tensor sums = ops::sum(values, {-1}, /*keepdims=*/true);
+    if (split_axis >= 0) {
+      auto group = context.group(split_axis);
+      sums = distribution::identity_with_summed_grad(distribution::all_reduce_sum(sums, group), group);
+    }
+    return sums * (1.0 / width);
+  };
+  Tensor centered = inputs - row_mean(inputs);
+  Tensor outputs = centered * ops::rsqrt(row_mean(ops::square(centered)) + epsilon_);
+  auto aligned = [&](const Tensor& variable) {
+    Sharding from = distribution::variable_sharding(variable, context.mesh);
+    Sharding target = Sharding::replicated(context.mesh, from.global_shape());
+    if (split_axis >= 0) target = target.with(split_axis, Placement::shard(0));
+    return context.variable_as(variable, from, target, sharding, {last});
+  };
+  outputs.set_annotation(nullptr);
+  if (gamma_.defined()) outputs = outputs * aligned(gamma_);
+  if (beta_.defined()) outputs = outputs + aligned(beta_);
+  outputs.set_annotation(nullptr);
+  return distribution::with_sharding(outputs, sharding);
 }
 
 }  // namespace keras::layers

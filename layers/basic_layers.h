@@ -3,6 +3,7 @@
 #pragma once
 #include <optional>
 
+#include "distribution/sharded_tensor.h"
 #include "layers/activations.h"
 #include "layers/layer.h"
 
@@ -12,9 +13,12 @@ class Activation : public Layer {
  public:
   explicit Activation(const std::string& activation, const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
+  // Element-wise activations keep a sharded input as it is; softmax gets the data layout.
+  bool accepts_sharded_inputs() const override { return elementwise_; }
 
  private:
   activations::ActivationFn activation_;
+  bool elementwise_;
 };
 
 // In training, zeroes each element with probability `rate` and scales the rest by
@@ -24,6 +28,8 @@ class Dropout : public Layer {
   explicit Dropout(double rate, std::optional<std::uint64_t> seed = std::nullopt,
                    const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
+  // A sharded input gets exactly its block of the mask one process would draw.
+  bool accepts_sharded_inputs() const override { return true; }
 
  private:
   double rate_;
@@ -48,7 +54,10 @@ class Reshape : public Layer {
   Shape target_shape_;
 };
 
-// Integer indices -> rows of an (input_dim, output_dim) table.
+// Integer indices -> rows of an (input_dim, output_dim) table. Under ModelParallel the table
+// may be split by vocabulary ("model", None): each process looks up the rows it holds, zeroes
+// the others, and one all-reduce sums the partial lookups; or by feature (None, "model"): each
+// process returns its columns of every row, and the output stays sharded on its last axis.
 class Embedding : public Layer {
  public:
   Embedding(std::int64_t input_dim, std::int64_t output_dim,
@@ -57,25 +66,33 @@ class Embedding : public Layer {
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& inputs, bool training) override;
   const Tensor& embeddings() const { return embeddings_; }
+  std::int64_t input_dim() const { return input_dim_; }
 
  private:
   std::int64_t input_dim_, output_dim_;
   initializers::InitializerPtr initializer_;
   Tensor embeddings_;
+  Tensor call_sharded(const distribution::ShardingContext& context, const Tensor& inputs,
+                      const std::vector<std::int64_t>& indices);
 };
 
-// Normalises over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta.
+// Normalises over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta. Under
+// ModelParallel the last axis may be sharded: the row sums are then all-reduced over the axis
+// that splits it (two small all-reduces per call), and gamma and beta are used in the same
+// blocks.
 class LayerNormalization : public Layer {
  public:
   explicit LayerNormalization(double epsilon = 1e-3, bool center = true, bool scale = true,
                               const std::string& name = "");
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& inputs, bool training) override;
+  bool accepts_sharded_inputs() const override { return true; }
 
  private:
   double epsilon_;
   bool center_, scale_;
   Tensor gamma_, beta_;
+  Tensor call_sharded(const distribution::ShardingContext& context, const Tensor& inputs);
 };
 
 }  // namespace keras::layers

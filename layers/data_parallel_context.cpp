@@ -2,21 +2,31 @@
 #include "layers/data_parallel_context.h"
 
 #include "distribution/runtime.h"
+#include "distribution/sharded_tensor.h"
 
 namespace keras {
 
 DataParallelContext DataParallelContext::current(const char* what) {
   DataParallelContext context;
   context.group_ = distribution::world_pointer();
+  context.world_ = context.group_;
   context.process_id_ = context.group_->rank();
   std::shared_ptr<distribution::Distribution> active = distribution::distribution();
   if (!active || distribution::num_processes() == 1) return context;
+  if (auto sharded = distribution::ShardingContext::current()) {
+    context.model_parallel_ = true;
+    context.batch_axis_ = sharded->batch_axis;
+    context.shards_ = sharded->batch_axis_size();
+    context.shard_id_ = sharded->coordinates[static_cast<std::size_t>(sharded->batch_axis)];
+    context.group_ = sharded->group(sharded->batch_axis);
+    return context;
+  }
   if (active->num_model_replicas() != active->num_processes()) {
-    throw NotImplementedError(
-        str(what, ": ", active->class_name(), " with ", active->num_model_replicas(),
-            " model replicas over ", active->num_processes(), " processes needs model-parallel "
-            "layers, which come with the model-parallel issue; today the trainer runs one model "
-            "replica per process (DataParallel)"));
+    throw ValueError(
+        str(what, ": ", active->class_name(), " over ", active->device_mesh()->to_string(),
+            " has ", active->device_mesh()->size(), " devices but this job has ",
+            active->num_processes(), " processes; each mesh device is one process, so the mesh "
+            "must have exactly ", active->num_processes(), " devices"));
   }
   context.shards_ = active->num_data_shards();
   context.shard_id_ = active->data_shard_id();
@@ -35,9 +45,21 @@ void DataParallelContext::sum(std::vector<double>& values) const {
                      distribution::ReduceOperation::sum);
 }
 
+std::vector<Tensor> DataParallelContext::variables_to_reduce(
+    const std::vector<Tensor>& variables) const {
+  if (!model_parallel_) return variables;
+  std::vector<Tensor> reduced;
+  for (const Tensor& variable : variables) {
+    std::optional<distribution::Sharding> sharding = distribution::sharding_of(variable);
+    if (sharding && sharding->placement(batch_axis_).is_shard()) continue;
+    reduced.push_back(variable);
+  }
+  return reduced;
+}
+
 void DataParallelContext::check_same(const std::vector<std::int64_t>& values,
                                      const char* what) const {
-  if (!distributed()) return;
+  if (world_->size() == 1) return;
   // One max-reduction of (v, -v) gives both the largest and the smallest value of each entry.
   std::size_t n = values.size();
   std::vector<std::int64_t> both(2 * n);
@@ -45,7 +67,7 @@ void DataParallelContext::check_same(const std::vector<std::int64_t>& values,
     both[i] = values[i];
     both[n + i] = -values[i];
   }
-  group_->all_reduce(both.data(), static_cast<std::int64_t>(both.size()), DType::int64,
+  world_->all_reduce(both.data(), static_cast<std::int64_t>(both.size()), DType::int64,
                      distribution::ReduceOperation::max);
   std::vector<std::int64_t> low(n), high(n);
   for (std::size_t i = 0; i < n; ++i) {

@@ -1,6 +1,12 @@
 // How the trainer runs under the global Distribution: which rows of each global batch this
 // process computes on, and how per-process sums (loss, metrics, gradients) become global ones.
 // Without a distribution, or with one process, it is the identity and costs nothing.
+// Under DataParallel every process is a data shard and the group is the world. Under
+// ModelParallel the data shards are the batch axis of the mesh: a process reads the shard of
+// its coordinate on that axis, sums run over the batch-axis group (the processes along the
+// other axes hold the same rows and compute the same loss), and only variables replicated
+// over the batch axis have their gradients reduced there (one sharded over it gets its summed
+// gradient from the gather that assembled it, see distribution/sharded_tensor.h).
 //
 // Batch rule (applied identically on every process, so no process waits for another):
 // the global batch_size must be divisible by the number of data shards (an error otherwise);
@@ -27,6 +33,11 @@ class DataParallelContext {
   std::int64_t shards() const { return shards_; }
   std::int64_t shard_id() const { return shard_id_; }
   const std::shared_ptr<distribution::Communicator>& group() const { return group_; }
+  // Whether the layers run sharded (ModelParallel over one device per process).
+  bool model_parallel() const { return model_parallel_; }
+  // The variables whose gradients the trainer sums over group() (all of them, but under
+  // ModelParallel those sharded over the batch axis).
+  std::vector<Tensor> variables_to_reduce(const std::vector<Tensor>& variables) const;
   // The rows [begin, end) of this process within global rows [begin, end).
   std::pair<std::int64_t, std::int64_t> local_rows(std::int64_t begin, std::int64_t end) const;
   // Sums values across the data-parallel group (in place).
@@ -40,7 +51,10 @@ class DataParallelContext {
   std::int64_t shards_ = 1;
   std::int64_t shard_id_ = 0;
   int process_id_ = 0;
+  bool model_parallel_ = false;
+  int batch_axis_ = 0;
   std::shared_ptr<distribution::Communicator> group_;
+  std::shared_ptr<distribution::Communicator> world_;
 };
 
 }  // namespace keras

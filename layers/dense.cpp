@@ -2,6 +2,7 @@
 #include "layers/dense.h"
 
 #include "engine/errors.h"
+#include "distribution/sharded_matmul.h"
 #include "engine/ops.h"
 
 namespace keras::layers {
@@ -23,6 +24,7 @@ void Dense::build(const Shape& input_shape) {
 }
 
 Tensor Dense::call(const Tensor& inputs, bool) {
+  if (auto context = distribution::ShardingContext::current()) return call_sharded(*context, inputs);
   if (inputs.rank() == 0 || inputs.shape().back() != kernel_.dim(0)) {
     throw ShapeError(str("Dense '", name(), "' was built for inputs whose last dimension is ",
                          kernel_.dim(0), ", got inputs of shape ",
@@ -33,6 +35,59 @@ Tensor Dense::call(const Tensor& inputs, bool) {
                                    : ops::cast(inputs, kernel_.dtype()),
                                kernel_);
   if (bias_.defined()) outputs = outputs + bias_;
+  return activation_(outputs);
+}
+
+}  // namespace keras::layers
+
+namespace keras::layers {
+
+Tensor Dense::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs_in) {
+  using distribution::Placement;
+  using distribution::Sharding;
+  Tensor inputs = inputs_in.dtype() == kernel_.dtype() ? inputs_in : ops::cast(inputs_in, kernel_.dtype());
+  Sharding x_sharding = context.activation_sharding(inputs);
+  Sharding kernel_sharding = distribution::variable_sharding(kernel_, context.mesh);
+  const Shape& global = x_sharding.global_shape();
+  if (global.size() < 2 || global.back() != kernel_sharding.global_shape()[0]) {
+    throw ShapeError(str("Dense '", name(), "' was built for inputs whose last dimension is ",
+                         kernel_sharding.global_shape()[0], ", got inputs laid out as ",
+                         x_sharding.to_string(), " (a batch dimension first is needed)"));
+  }
+  distribution::ShardedTensor product =
+      distribution::sharded_matmul(context, inputs, x_sharding, kernel_, kernel_sharding);
+  // The bias is added once, after the partial sums: into the output layout's shard when the
+  // LayoutMap asks for one (a reduce-scatter), replicated otherwise (an all-reduce).
+  std::optional<Sharding> preferred;
+  if (auto layout = context.active->get_tensor_layout(path() + "/output")) {
+    preferred = context.activation_target(*layout, product.sharding.with(context.batch_axis, Placement::shard(0)),
+                                          str("layer output '", path(), "/output'"));
+  }
+  product = distribution::resolve_partial(context, product, preferred ? &*preferred : nullptr);
+  Tensor outputs = product.local;
+  const int last = static_cast<int>(global.size()) - 1;
+  if (bias_.defined()) {
+    Sharding bias_sharding = distribution::variable_sharding(bias_, context.mesh);
+    std::vector<Placement> wanted(static_cast<std::size_t>(context.axes()), Placement::replicate());
+    for (int axis = 0; axis < context.axes(); ++axis) {
+      const Placement& placement = product.sharding.placement(axis);
+      if (placement.is_shard() && placement.dim() == last) wanted[static_cast<std::size_t>(axis)] = Placement::shard(0);
+    }
+    Sharding bias_target(context.mesh, std::move(wanted), bias_sharding.global_shape());
+    outputs = outputs + context.variable_as(bias_, bias_sharding, bias_target, product.sharding, {last});
+  }
+  outputs = distribution::with_sharding(outputs, product.sharding);
+  if (!activations::is_elementwise(activation_name_)) {
+    // softmax normalises over the last axis: it needs the whole of it.
+    Sharding whole = product.sharding;
+    for (int axis = 0; axis < context.axes(); ++axis) {
+      if (whole.placement(axis).is_shard() && whole.placement(axis).dim() == last) {
+        whole = whole.with(axis, Placement::replicate());
+      }
+    }
+    outputs = context.relayout(outputs, product.sharding, whole);
+    return distribution::with_sharding(activation_(outputs), whole);
+  }
   return activation_(outputs);
 }
 

@@ -2,6 +2,7 @@
 // (glorot_uniform kernel, zeros bias).
 #pragma once
 #include "layers/activations.h"
+#include "distribution/sharded_tensor.h"
 #include "layers/layer.h"
 
 namespace keras::layers {
@@ -19,6 +20,7 @@ class Dense : public Layer {
                  DenseOptions options = {});
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& inputs, bool training) override;
+  bool accepts_sharded_inputs() const override { return true; }
   std::int64_t units() const { return units_; }
   const Tensor& kernel() const { return kernel_; }
   const Tensor& bias() const { return bias_; }
@@ -29,6 +31,8 @@ class Dense : public Layer {
   activations::ActivationFn activation_;
   DenseOptions options_;
   Tensor kernel_, bias_;
+  // Under ModelParallel: the contraction by the sharded rule, the bias added once.
+  Tensor call_sharded(const distribution::ShardingContext& context, const Tensor& inputs);
 };
 
 }  // namespace keras::layers

@@ -3,8 +3,10 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "distribution/distribution.h"
+#include "distribution/sharded_tensor.h"
 #include "engine/errors.h"
 #include "layers/variable_creation.h"
 
@@ -42,11 +44,39 @@ Layer::Layer(const std::string& default_prefix, const std::string& name)
 
 Tensor Layer::operator()(const Tensor& inputs, bool training) {
   if (!inputs.defined()) throw ValueError(str("layer '", name_, "' was called on an undefined tensor"));
+  std::optional<distribution::ShardingContext> sharded = distribution::ShardingContext::current();
+  if (!sharded) {
+    if (!built_) {
+      build(inputs.shape());
+      built_ = true;
+    }
+    return call(inputs, training);
+  }
+  Tensor local = accepts_sharded_inputs() ? inputs : sharded->to_data_layout(inputs);
   if (!built_) {
-    build(inputs.shape());
+    build(sharded->logical_shape(local));
     built_ = true;
   }
-  return call(inputs, training);
+  Tensor outputs = call(local, training);
+  if (!outputs.defined()) return outputs;
+  std::string output_path = path() + "/output";
+  if (distribution::TensorLayoutPtr layout = sharded->active->get_tensor_layout(output_path)) {
+    distribution::Sharding current = sharded->activation_sharding(outputs);
+    distribution::Sharding target =
+        sharded->activation_target(*layout, current, str("layer output '", output_path, "'"));
+    outputs = sharded->relayout(outputs, current, target);
+  }
+  return outputs;
+}
+
+Shape Variable::global_shape() const {
+  std::optional<distribution::Sharding> sharding = distribution::sharding_of(value);
+  return sharding ? sharding->global_shape() : value.shape();
+}
+
+bool Variable::sharded() const {
+  std::optional<distribution::Sharding> sharding = distribution::sharding_of(value);
+  return sharding && !sharding->is_replicated();
 }
 
 void Layer::build(const Shape&) {}
@@ -144,8 +174,9 @@ std::vector<Tensor> Layer::non_trainable_weights() {
 }
 
 std::int64_t Layer::count_params() {
+  // Keras counts the full variables, however they are sharded.
   std::int64_t total = 0;
-  for (const Tensor& weight : weights()) total += weight.size();
+  for (Variable* variable : variables()) total += shape_size(variable->global_shape());
   return total;
 }
 

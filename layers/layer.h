@@ -21,6 +21,10 @@ struct Variable {
   Tensor value;
   bool trainable = true;
   std::string path() const { return value.name(); }
+  // The variable's full shape; `value` holds this process's block of it when the variable is
+  // sharded (under ModelParallel), the whole of it otherwise.
+  Shape global_shape() const;
+  bool sharded() const;
 };
 
 class Layer {
@@ -34,11 +38,18 @@ class Layer {
   Layer(const Layer&) = delete;
   Layer& operator=(const Layer&) = delete;
 
-  // Builds on the first call (from the input's shape), then runs call().
+  // Builds on the first call (from the input's shape), then runs call(). Under ModelParallel
+  // the input is first moved to the data layout unless the layer takes sharded inputs, build()
+  // sees the global shape, and the output is moved to the LayoutMap's "<path>/output" layout
+  // when there is one (as Keras does).
   Tensor operator()(const Tensor& inputs, bool training = false);
   virtual Tensor call(const Tensor& inputs, bool training) = 0;
   // Creates the weights for inputs of this shape. The default creates none.
   virtual void build(const Shape& input_shape);
+  // Whether call() understands sharded inputs (reads their sharding and computes on local
+  // blocks). Layers that do not get theirs in the data layout: correct, at the price of a
+  // gather, never silently wrong. Models pass inputs through to their layers.
+  virtual bool accepts_sharded_inputs() const { return false; }
 
   const std::string& name() const { return name_; }
   // Path of this layer inside its model: "sequential/dense_1"; just the name at top level.

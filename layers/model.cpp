@@ -10,7 +10,9 @@
 #include "engine/ops.h"
 #include "io/safetensors.h"
 #include "distribution/gradient_reducer.h"
+#include "distribution/redistribute.h"
 #include "distribution/runtime.h"
+#include "distribution/sharded_tensor.h"
 #include "layers/data_parallel_context.h"
 #include "layers/global_batch.h"
 #include "layers/progress_bar.h"
@@ -71,6 +73,15 @@ Logs global_logs(const DataParallelContext& context, double loss_sum, double see
   return logs;
 }
 
+// Under ModelParallel the model's output may be sharded (logits split by class, say): the loss,
+// the metrics and predict() see it whole, in the data layout. The gather of (batch, classes)
+// logits is small next to the step; a vocabulary-parallel cross-entropy pays only for outputs
+// far wider than a classifier's.
+Tensor to_data_layout(const Tensor& outputs) {
+  auto context = distribution::ShardingContext::current();
+  return context ? context->to_data_layout(outputs) : outputs;
+}
+
 }  // namespace
 
 Model::Model(const std::string& name, const std::string& default_prefix)
@@ -116,7 +127,9 @@ void Model::check_data(const Tensor& x, const Tensor& y, const char* what) const
 }
 
 Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double loss_scale,
-                                     bool distributed, const GlobalBatchRows* rows) {
+                                     const DataParallelContext& context,
+                                     const GlobalBatchRows* rows) {
+  const bool distributed = context.distributed();
   std::vector<Tensor> variables = trainable_weights();
   for (Tensor& variable : variables) variable.zero_grad();
   StepResult result{0.0, Tensor()};
@@ -126,14 +139,14 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
     if (rows != nullptr) scope.emplace(*rows);
     // Runs even on zero rows (a process may get none of a dataset's last, small batch): every
     // process then makes the same calls, so per-call state (Dropout's key) stays in step.
-    Tensor predictions = (*this)(x, /*training=*/true);
+    Tensor predictions = to_data_layout((*this)(x, /*training=*/true));
     loss = (*loss_)(y, predictions);
     result = {x.dim(0) > 0 ? loss.item() : 0.0, predictions.detach()};
   }
   if (distributed) {
-    if (!gradient_reducer_ || !gradient_reducer_->serves(variables)) {
-      gradient_reducer_ = std::make_shared<distribution::GradientReducer>(
-          distribution::world_pointer(), variables);
+    std::vector<Tensor> reduced = context.variables_to_reduce(variables);
+    if (!gradient_reducer_ || !gradient_reducer_->serves(reduced)) {
+      gradient_reducer_ = std::make_shared<distribution::GradientReducer>(context.group(), reduced);
     }
     Tensor scaled = loss * loss_scale;
     // Buckets start their all-reduce while the rest of the backward pass runs.
@@ -172,7 +185,7 @@ double Model::train_on_batch(const Tensor& x, const Tensor& y) {
   }
   double scale = rows_total > 0 ? double(end - begin) / double(rows_total) : 1.0;
   GlobalBatchRows rows{rows_total, begin, end - begin};
-  StepResult result = train_step(x_local, y_local, scale, context.distributed(),
+  StepResult result = train_step(x_local, y_local, scale, context,
                                  context.distributed() ? &rows : nullptr);
   std::vector<double> totals = {result.loss * double(end - begin), double(end - begin)};
   context.sum(totals);
@@ -232,7 +245,7 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
       }
       double scale = double(end - begin) / double(global_end - global_begin);
       GlobalBatchRows rows{global_end - global_begin, begin - global_begin, end - begin};
-      StepResult result = train_step(x_batch, y_batch, scale, context.distributed(),
+      StepResult result = train_step(x_batch, y_batch, scale, context,
                                      context.distributed() ? &rows : nullptr);
       auto count = static_cast<double>(end - begin);
       loss_sum += result.loss * count;
@@ -294,7 +307,7 @@ std::map<std::string, double> Model::run_evaluation(const Tensor& x, const Tenso
     if (count > 0) {
       Tensor x_batch = rows(x, order, begin, end);
       Tensor y_batch = rows(y, order, begin, end);
-      Tensor predictions = (*this)(x_batch, /*training=*/false);
+      Tensor predictions = to_data_layout((*this)(x_batch, /*training=*/false));
       loss_sum += (*loss_)(y_batch, predictions).item() * count;
       seen += count;
       for (const auto& metric : batch_metrics) metric->update(y_batch, predictions);
@@ -330,7 +343,7 @@ Tensor Model::predict(const Tensor& x, std::int64_t batch_size) {
     starts[0] = begin;
     Shape sizes = x.shape();
     sizes[0] = end - begin;
-    outputs.push_back((*this)(ops::slice(x, starts, sizes), false));
+    outputs.push_back(to_data_layout((*this)(ops::slice(x, starts, sizes), false)));
   }
   if (outputs.empty()) throw ValueError("predict: x has no samples");
   return outputs.size() == 1 ? outputs[0] : ops::concatenate(outputs, 0);
@@ -349,9 +362,38 @@ void check_weights_path(const std::string& path, const char* what) {
 void Model::save_weights(const std::string& path) {
   check_weights_path(path, "save_weights");
   check_built("save_weights");
+  // Full tensors, whatever the distribution: sharded variables are gathered (every process
+  // takes part), and one process writes. The others learn whether the write succeeded, so no
+  // process goes on to load a file that is not there.
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (Variable* variable : variables()) tensors.emplace_back(variable->path(), variable->value);
-  io::save_safetensors(path, tensors, {{"format", "keras-cpp"}, {"model", name()}});
+  {
+    NoGradGuard no_grad;
+    for (Variable* variable : variables()) {
+      Tensor full = variable->value;
+      if (std::optional<distribution::Sharding> sharding = distribution::sharding_of(full)) {
+        full = distribution::redistribute(
+            full, *sharding, distribution::Sharding::replicated(sharding->mesh(), sharding->global_shape()));
+      }
+      tensors.emplace_back(variable->path(), full);
+    }
+  }
+  distribution::Communicator& world = distribution::world();
+  std::string failure;
+  if (world.rank() == 0) {
+    try {
+      io::save_safetensors(path, tensors, {{"format", "keras-cpp"}, {"model", name()}});
+    } catch (const std::exception& error) {
+      failure = error.what();
+      if (world.size() == 1) throw;
+    }
+  }
+  if (world.size() == 1) return;
+  std::int64_t failed = failure.empty() ? 0 : 1;
+  world.all_reduce(&failed, 1, DType::int64, distribution::ReduceOperation::max);
+  if (failed != 0) {
+    if (world.rank() == 0) throw Error(str("save_weights: ", failure));
+    throw Error(str("save_weights: process 0, which writes '", path, "', failed to write it"));
+  }
 }
 
 void Model::load_weights(const std::string& path) {
@@ -367,10 +409,10 @@ void Model::load_weights(const std::string& path) {
       throw ValueError(str("load_weights: '", path, "' has no weight '", variable->path(),
                            "', which model '", name(), "' needs"));
     }
-    if (found->second.shape() != variable->value.shape()) {
+    if (found->second.shape() != variable->global_shape()) {
       throw ShapeError(str("load_weights: weight '", variable->path(), "' in '", path,
                            "' has shape ", shape_to_string(found->second.shape()),
-                           " but the model expects ", shape_to_string(variable->value.shape())));
+                           " but the model expects ", shape_to_string(variable->global_shape())));
     }
     if (!is_floating(found->second.dtype())) {
       throw DTypeError(str("load_weights: weight '", variable->path(), "' in '", path, "' is ",
@@ -389,7 +431,13 @@ void Model::load_weights(const std::string& path) {
   }
   NoGradGuard no_grad;
   for (Variable* variable : model_variables) {
-    variable->value.assign(ops::cast(by_name[variable->path()], variable->value.dtype()));
+    Tensor full = by_name[variable->path()];
+    // A sharded variable keeps its own block of the full tensor in the file.
+    if (std::optional<distribution::Sharding> sharding = distribution::sharding_of(variable->value)) {
+      auto [starts, sizes] = sharding->block(distribution::process_coordinates(*sharding->mesh()));
+      full = ops::slice(full, starts, sizes);
+    }
+    variable->value.assign(ops::cast(full, variable->value.dtype()));
   }
 }
 

@@ -22,6 +22,8 @@ class GradientReducer;
 
 namespace keras {
 
+class DataParallelContext;
+
 // A loss given by Keras name or as an object.
 class LossSpec {
  public:
@@ -65,6 +67,8 @@ struct History {
 class Model : public Layer {
  public:
   explicit Model(const std::string& name = "", const std::string& default_prefix = "functional");
+  // A model hands its inputs to its layers, which decide what layout they need.
+  bool accepts_sharded_inputs() const override { return true; }
 
   template <typename O>
     requires std::derived_from<O, optimizers::Optimizer>
@@ -104,8 +108,8 @@ class Model : public Layer {
   // local_rows / global_rows under data parallelism (1 otherwise), see
   // layers/data_parallel_context.h.
   // `rows` places this process's rows in the global batch (null without data parallelism).
-  StepResult train_step(const Tensor& x, const Tensor& y, double loss_scale, bool distributed,
-                        const GlobalBatchRows* rows);
+  StepResult train_step(const Tensor& x, const Tensor& y, double loss_scale,
+                        const DataParallelContext& context, const GlobalBatchRows* rows);
   std::map<std::string, double> run_evaluation(const Tensor& x, const Tensor& y,
                                                std::int64_t batch_size, int verbose);
 

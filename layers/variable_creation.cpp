@@ -3,9 +3,12 @@
 
 #include "distribution/distribution.h"
 #include "distribution/runtime.h"
+#include "distribution/sharded_tensor.h"
 #include "engine/errors.h"
 
 namespace keras {
+
+using distribution::Sharding;
 
 Tensor create_variable(const std::string& path, const Shape& shape, DType dtype,
                        const initializers::Initializer& initializer) {
@@ -33,9 +36,12 @@ Tensor create_variable(const std::string& path, const Shape& shape, DType dtype,
                                "`), or use a mesh of ", distribution::num_processes(),
                                " devices"));
         }
-        throw NotImplementedError(str("variable '", path, "' is sharded by ", layout->to_string(),
-                                      "; sharded variables and the layers that use them come "
-                                      "with the model-parallel issue"));
+        // This process's block of the full seeded value: equal to the slice of the
+        // one-process variable, with no communication.
+        Sharding sharding = Sharding::from_layout(*layout, shape, str("variable '", path, "'"));
+        auto [starts, sizes] = sharding.block(distribution::process_coordinates(*layout->device_mesh()));
+        Tensor block = initializer.block(shape, starts, sizes, dtype).clone();
+        return distribution::with_sharding(block, sharding);
       }
     }
   }

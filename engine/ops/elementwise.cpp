@@ -24,6 +24,21 @@ using detail::reduce_to_shape;
 
 namespace {
 
+// Element-wise outputs keep the annotation of the input they are shaped like (a sharded
+// activation stays sharded through relu or a dropout mask). Two inputs annotated differently
+// give an unannotated output: the engine cannot tell which (if either) is right.
+void inherit_annotation(Tensor& out, const Tensor& a, const Tensor* b = nullptr) {
+  const auto& first = a.annotation();
+  const auto& second = b ? b->annotation() : a.annotation();
+  if (!first && !second) return;
+  if (first && second && first != second && !first->equals(*second)) return;
+  if (first && a.shape() == out.shape()) {
+    out.set_annotation(first);
+  } else if (second && b && b->shape() == out.shape()) {
+    out.set_annotation(second);
+  }
+}
+
 Tensor unary_forward(UnaryOp op, const Tensor& x) {
   check_defined(x, unary_op_name(op), "x");
   if (op == UnaryOp::logical_not) {
@@ -39,6 +54,7 @@ Tensor unary_forward(UnaryOp op, const Tensor& x) {
   if (needs_floating) detail::check_floating(x, unary_op_name(op));
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   backend_for(x.device()).unary(op, x, out);
+  inherit_annotation(out, x);
   return out;
 }
 
@@ -64,6 +80,7 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b, DType out_d
   Shape shape = binary_shape(a, b, binary_op_name(op));
   Tensor out = Tensor::empty(shape, out_dtype, a.device());
   backend_for(a.device()).binary(op, a, b, out);
+  inherit_annotation(out, a, &b);
   return out;
 }
 
@@ -99,6 +116,7 @@ Tensor cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
   backend_for(x.device()).cast(x, out);
+  inherit_annotation(out, x);
   if (!is_floating(dtype) || !is_floating(x.dtype())) return out;
   DType source = x.dtype();
   return record_gradient(out, "cast", {x}, [source](const Tensor& gradient) {

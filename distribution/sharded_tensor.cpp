@@ -1,0 +1,156 @@
+// Shardings carried on tensors and the model-parallel context of the layers (see the header).
+#include "distribution/sharded_tensor.h"
+
+#include "distribution/runtime.h"
+
+namespace keras::distribution {
+
+bool ShardingAnnotation::equals(const TensorAnnotation& other) const {
+  const auto* sharded = dynamic_cast<const ShardingAnnotation*>(&other);
+  return sharded != nullptr && sharded->sharding_ == sharding_;
+}
+
+std::optional<Sharding> sharding_of(const Tensor& tensor) {
+  const auto* annotation = dynamic_cast<const ShardingAnnotation*>(tensor.annotation().get());
+  if (annotation == nullptr) return std::nullopt;
+  return annotation->sharding();
+}
+
+Tensor with_sharding(Tensor tensor, const Sharding& sharding) {
+  if (tensor.shape() != sharding.local_shape()) {
+    throw ShapeError(str("a local tensor of shape ", shape_to_string(tensor.shape()),
+                         " cannot be the block of ", sharding.to_string(), ", whose blocks have shape ",
+                         shape_to_string(sharding.local_shape())));
+  }
+  tensor.set_annotation(std::make_shared<ShardingAnnotation>(sharding));
+  return tensor;
+}
+
+Sharding variable_sharding(const Tensor& variable, const DeviceMeshPtr& mesh) {
+  if (std::optional<Sharding> sharding = sharding_of(variable)) return *sharding;
+  return Sharding::replicated(mesh, variable.shape());
+}
+
+std::optional<ShardingContext> ShardingContext::current() {
+  std::shared_ptr<Distribution> active = distribution();
+  if (!active || num_processes() == 1 || active->class_name() == "DataParallel") return std::nullopt;
+  const DeviceMeshPtr& mesh = active->device_mesh();
+  if (mesh->size() != num_processes()) return std::nullopt;
+  ShardingContext context;
+  context.mesh = mesh;
+  context.batch_axis = mesh->axis_index(active->batch_dim_name());
+  context.coordinates = process_coordinates(*mesh);
+  context.active = std::move(active);
+  return context;
+}
+
+Sharding ShardingContext::data_sharding(const Shape& local_shape) const {
+  std::vector<Placement> placements(static_cast<std::size_t>(axes()), Placement::replicate());
+  Shape global = local_shape;
+  if (!global.empty()) {
+    placements[static_cast<std::size_t>(batch_axis)] = Placement::shard(0);
+    global[0] *= batch_axis_size();
+  }
+  return Sharding(mesh, std::move(placements), std::move(global));
+}
+
+Sharding ShardingContext::activation_sharding(const Tensor& local) const {
+  if (std::optional<Sharding> sharding = sharding_of(local)) return *sharding;
+  return data_sharding(local.shape());
+}
+
+Shape ShardingContext::logical_shape(const Tensor& local) const {
+  Shape shape = activation_sharding(local).global_shape();
+  if (!shape.empty()) shape[0] = local.dim(0);
+  return shape;
+}
+
+Sharding ShardingContext::activation_target(const TensorLayout& layout, const Sharding& current,
+                                            const std::string& what) const {
+  const Shape& global = current.global_shape();
+  if (layout.axes().size() != global.size()) {
+    throw ValueError(str(what, ": the layout ", layout.to_string(), " has ", layout.axes().size(),
+                         " entries but the tensor has rank ", global.size(), " (shape ",
+                         shape_to_string(global), "); a layout needs one entry per dimension"));
+  }
+  if (layout.device_mesh() && layout.device_mesh()->shape() != mesh->shape()) {
+    throw ValueError(str(what, ": the layout's mesh ", layout.device_mesh()->to_string(),
+                         " is not the distribution's mesh ", mesh->to_string()));
+  }
+  std::vector<Placement> placements(static_cast<std::size_t>(axes()), Placement::replicate());
+  const std::string& batch_name = axis_name(batch_axis);
+  for (std::size_t dim = 0; dim < layout.axes().size(); ++dim) {
+    const auto& axis = layout.axes()[dim];
+    if (!axis) continue;
+    int index = mesh->axis_index(*axis);  // ValueError for an unknown axis
+    if (dim == 0 && index != batch_axis) {
+      throw ValueError(str(what, ": the layout ", layout.to_string(), " splits dimension 0 over '",
+                           *axis, "', but dimension 0 of an activation is the batch, split over "
+                           "the batch axis '", batch_name, "' only"));
+    }
+    if (dim != 0 && index == batch_axis) {
+      throw ValueError(str(what, ": the layout ", layout.to_string(), " splits dimension ", dim,
+                           " over the batch axis '", batch_name, "', which splits the batch "
+                           "(dimension 0)"));
+    }
+    if (dim != 0) placements[static_cast<std::size_t>(index)] = Placement::shard(static_cast<int>(dim));
+  }
+  if (!global.empty()) placements[static_cast<std::size_t>(batch_axis)] = Placement::shard(0);
+  return Sharding(mesh, std::move(placements), global);
+}
+
+Tensor ShardingContext::relayout(const Tensor& local, const Sharding& from,
+                                 const Sharding& target) const {
+  if (from == target) return with_sharding(local, target);
+  // Activations: the gradient arriving at a gathered activation is the replicated one (the
+  // layers keep that convention), so no axis needs a reduce-scatter here.
+  return with_sharding(redistribute(local, from, target), target);
+}
+
+Tensor ShardingContext::to_data_layout(const Tensor& local) const {
+  std::optional<Sharding> sharding = sharding_of(local);
+  if (!sharding) return local;
+  Sharding target(mesh, data_sharding(local.shape()).placements(), sharding->global_shape());
+  Tensor moved = redistribute(local, *sharding, target);
+  moved.set_annotation(nullptr);
+  return moved;
+}
+
+std::vector<bool> ShardingContext::data_differs(const Sharding& consumer,
+                                                const std::vector<int>& aligned) const {
+  std::vector<bool> differs(static_cast<std::size_t>(axes()), false);
+  for (int axis = 0; axis < axes(); ++axis) {
+    const Placement& placement = consumer.placement(axis);
+    if (placement.is_partial()) {
+      throw ValueError(str("variable_as: the consumer ", consumer.to_string(),
+                           " is partial; resolve it first"));
+    }
+    if (!placement.is_shard()) continue;
+    bool lines_up = false;
+    for (int dim : aligned) lines_up = lines_up || dim == placement.dim();
+    differs[static_cast<std::size_t>(axis)] = !lines_up;
+  }
+  return differs;
+}
+
+Tensor ShardingContext::variable_as(const Tensor& variable, const Sharding& from,
+                                    const Sharding& target, const Sharding& consumer,
+                                    const std::vector<int>& aligned) const {
+  std::vector<bool> differs = data_differs(consumer, aligned);
+  std::vector<ArrivingGradient> arriving(static_cast<std::size_t>(axes()), ArrivingGradient::replicated);
+  for (int axis = 0; axis < axes(); ++axis) {
+    if (differs[static_cast<std::size_t>(axis)]) arriving[static_cast<std::size_t>(axis)] = ArrivingGradient::partial;
+  }
+  Tensor moved = from == target ? variable : redistribute(variable, from, target, arriving);
+  for (int axis = 0; axis < axes(); ++axis) {
+    if (axis == batch_axis || !differs[static_cast<std::size_t>(axis)]) continue;
+    // Replicated on an axis where the data differ and not gathered there: each process's
+    // gradient is a summand of the variable's.
+    if (from.placement(axis).is_replicate() && target.placement(axis).is_replicate()) {
+      moved = identity_with_summed_grad(moved, group(axis));
+    }
+  }
+  return moved;
+}
+
+}  // namespace keras::distribution
