@@ -1,6 +1,8 @@
 // Bucketed gradient all-reduce.
 #include "distribution/gradient_reducer.h"
 
+#include "distribution/collective_log.h"
+
 #include <chrono>
 #include <algorithm>
 #include <cstring>
@@ -71,6 +73,7 @@ bool GradientReducer::serves(const std::vector<Tensor>& variables) const {
 void GradientReducer::start(Bucket& bucket) {
   bucket.started = true;
   auto begin = std::chrono::steady_clock::now();
+  CollectiveLog::record("all_reduce", group_->name(), static_cast<std::int64_t>(bucket.buffer.nbytes()));
   group_->all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(), bucket.buffer.dtype(),
                      ReduceOperation::sum);
   communication_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
@@ -128,6 +131,7 @@ void GradientReducer::finish() {
     }
     reduced.push_back(gradient);
     auto begin = std::chrono::steady_clock::now();
+    CollectiveLog::record("all_reduce", group_->name(), static_cast<std::int64_t>(gradient.nbytes()));
     group_->all_reduce(gradient.raw_data(), gradient.size(), gradient.dtype(), ReduceOperation::sum);
     communication_seconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();

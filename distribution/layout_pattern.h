@@ -6,7 +6,8 @@
 // by tests/fuzz/layout_fuzzer). PCRE2 (Debian's libpcre2) reads that dialect, and its match
 // and depth limits turn a pathological key into a ValueError rather than a hang. RE2 was the
 // other candidate: linear time, but no lookarounds or back-references, which the LoRA
-// exclusions people write ("(?!.*lora)") need.
+// exclusions people write ("(?!.*lora)") need. One known difference from Python: "\8" and
+// "\9" without such groups are literal digits here (Perl's reading), an error in Python.
 #pragma once
 #include <memory>
 #include <string>

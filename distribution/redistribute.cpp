@@ -1,6 +1,8 @@
 // Collectives as autograd ops and the redistribution planner (see redistribute.h).
 #include "distribution/redistribute.h"
 
+#include "distribution/collective_log.h"
+
 
 #include "distribution/distribution.h"
 #include "engine/ops.h"
@@ -31,6 +33,7 @@ std::vector<std::int64_t> move_dimension(int rank, int from, int to) {
 // The plain computations, without gradient recording.
 Tensor gather_along(const Tensor& x, Communicator& group, int dim) {
   NoGradGuard no_grad;
+  CollectiveLog::record("all_gather", group.name(), static_cast<std::int64_t>(x.nbytes()) * group.size());
   Tensor gathered = group.all_gather(x);  // (n, s0, ..., s_k-1)
   Tensor moved = ops::transpose(gathered, move_dimension(x.rank() + 1, 0, dim));
   Shape shape = x.shape();
@@ -46,6 +49,7 @@ Tensor sum_scatter_along(const Tensor& x, Communicator& group, int dim) {
                          " processes"));
   }
   Tensor front = dim == 0 ? x : ops::transpose(x, move_dimension(x.rank(), dim, 0));
+  CollectiveLog::record("reduce_scatter", group.name(), static_cast<std::int64_t>(x.nbytes()));
   Tensor block = group.reduce_scatter(front, ReduceOperation::sum);
   return dim == 0 ? block : ops::transpose(block, move_dimension(x.rank(), 0, dim));
 }
@@ -75,6 +79,7 @@ bool dimension_is_free(const Sharding& state, int axis, int dim) {
 
 Tensor sum_all(const Tensor& x, Communicator& group) {
   NoGradGuard no_grad;
+  CollectiveLog::record("all_reduce", group.name(), static_cast<std::int64_t>(x.nbytes()));
   Tensor out = x.clone();
   group.all_reduce(out, ReduceOperation::sum);
   return out;

@@ -53,6 +53,14 @@ void Optimizer::apply(const std::vector<Tensor>& variables, const std::vector<Te
   }
 }
 
+std::size_t Optimizer::state_bytes() const {
+  std::size_t total = 0;
+  for (const auto& [variable, slots] : slots_) {
+    for (const Tensor& slot : slots) total += slot.nbytes();
+  }
+  return total;
+}
+
 Tensor& Optimizer::slot(const Tensor& variable, int index) {
   std::vector<Tensor>& slots = slots_[variable.impl()];
   while (static_cast<int>(slots.size()) <= index) {

@@ -22,6 +22,9 @@ class Optimizer {
   void set_learning_rate(double value);
   std::int64_t iterations() const { return iterations_; }
   const std::string& name() const { return name_; }
+  // Bytes of per-variable state held (Adam: two moments per variable, each the variable's
+  // shape, so a sharded variable's moments are its local block's size).
+  std::size_t state_bytes() const;
 
  protected:
   virtual void update(Tensor& variable, const Tensor& gradient) = 0;

@@ -1,6 +1,7 @@
 // Layer bookkeeping: names, paths, building, weights.
 #include "layers/layer.h"
 
+#include <cctype>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -36,7 +37,7 @@ void clear_session() {
 }
 
 Layer::Layer(const std::string& default_prefix, const std::string& name)
-    : name_(name.empty() ? unique_layer_name(default_prefix) : name) {
+    : name_(name.empty() ? unique_layer_name(default_prefix) : name), prefix_(default_prefix) {
   if (name_.find('/') != std::string::npos) {
     throw ValueError(str("layer name '", name_, "' contains '/', which separates path parts"));
   }
@@ -45,14 +46,26 @@ Layer::Layer(const std::string& default_prefix, const std::string& name)
 Tensor Layer::operator()(const Tensor& inputs, bool training) {
   if (!inputs.defined()) throw ValueError(str("layer '", name_, "' was called on an undefined tensor"));
   std::optional<distribution::ShardingContext> sharded = distribution::ShardingContext::current();
+  auto note_output = [this](const Shape& shape) {
+    output_shape_ = shape;
+    if (!output_shape_.empty()) output_shape_[0] = -1;
+  };
   if (!sharded) {
     if (!built_) {
       build(inputs.shape());
       built_ = true;
     }
-    return call(inputs, training);
+    Tensor outputs = call(inputs, training);
+    if (outputs.defined()) note_output(outputs.shape());
+    return outputs;
   }
-  Tensor local = accepts_sharded_inputs() ? inputs : sharded->to_data_layout(inputs);
+  Tensor local = inputs;
+  gathered_input_ = false;
+  if (!accepts_sharded_inputs()) {
+    std::optional<distribution::Sharding> given = distribution::sharding_of(inputs);
+    gathered_input_ = given && !(*given == sharded->data_sharding(inputs.shape()));
+    local = sharded->to_data_layout(inputs);
+  }
   if (!built_) {
     build(sharded->logical_shape(local));
     built_ = true;
@@ -66,7 +79,22 @@ Tensor Layer::operator()(const Tensor& inputs, bool training) {
         sharded->activation_target(*layout, current, str("layer output '", output_path, "'"));
     outputs = sharded->relayout(outputs, current, target);
   }
+  note_output(sharded->activation_sharding(outputs).global_shape());
   return outputs;
+}
+
+std::string Layer::class_name() const {
+  std::string name;
+  bool upper = true;
+  for (char c : prefix_) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    name += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    upper = false;
+  }
+  return name;
 }
 
 Shape Variable::global_shape() const {

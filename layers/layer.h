@@ -65,6 +65,14 @@ class Layer {
   bool trainable() const { return trainable_; }
   void set_trainable(bool value) { trainable_ = value; }
   const std::vector<LayerPtr>& layers() const { return sublayers_; }
+  // Keras' class name for summaries ("Dense", "LayerNormalization"), from the name prefix.
+  virtual std::string class_name() const;
+  // The output shape of the last call, batch dimension -1 (Keras' None), global under
+  // ModelParallel; empty before the first call.
+  const Shape& output_shape() const { return output_shape_; }
+  // Whether the last call had to move a sharded input to the data layout first (a gather on
+  // every step: model.summary() and fit() say so).
+  bool gathered_its_input() const { return gathered_input_; }
 
  protected:
   // Creates a weight named `name` under this layer's path. This is the single place where
@@ -92,7 +100,10 @@ class Layer {
 
  private:
   std::string name_;
+  std::string prefix_;
   std::string parent_path_;
+  Shape output_shape_;
+  bool gathered_input_ = false;
   bool built_ = false;
   bool trainable_ = true;
   std::vector<Variable> variables_;

@@ -15,6 +15,7 @@
 #include "distribution/sharded_tensor.h"
 #include "layers/data_parallel_context.h"
 #include "layers/global_batch.h"
+#include "layers/model_summary.h"
 #include "layers/progress_bar.h"
 
 namespace keras {
@@ -130,8 +131,8 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
                                      const DataParallelContext& context,
                                      const GlobalBatchRows* rows) {
   const bool distributed = context.distributed();
-  std::vector<Tensor> variables = trainable_weights();
-  for (Tensor& variable : variables) variable.zero_grad();
+  distribution::CollectiveLog::Scope collectives;
+  for (Tensor& variable : trainable_weights()) variable.zero_grad();
   StepResult result{0.0, Tensor()};
   Tensor loss;
   {
@@ -143,6 +144,10 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
     loss = (*loss_)(y, predictions);
     result = {x.dim(0) > 0 ? loss.item() : 0.0, predictions.detach()};
   }
+  // Taken after the forward pass: the first call builds the model, and the variables it
+  // creates must be trained by this step too (they were not, before: the first step's
+  // gradients were dropped).
+  std::vector<Tensor> variables = trainable_weights();
   if (distributed) {
     std::vector<Tensor> reduced = context.variables_to_reduce(variables);
     if (!gradient_reducer_ || !gradient_reducer_->serves(reduced)) {
@@ -161,6 +166,7 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
   for (const Tensor& variable : variables) gradients.push_back(variable.grad());
   optimizer_->apply(variables, gradients);
   for (Tensor& variable : variables) variable.zero_grad();
+  last_step_collectives_ = collectives.totals();
   return result;
 }
 
@@ -258,6 +264,14 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
       for (const CallbackPtr& callback : options.callbacks) {
         callback->on_train_batch_end(*this, step, logs);
       }
+      if (!plan_checked_) {
+        plan_checked_ = true;
+        if (context.prints()) {
+          for (const std::string& warning : plan_warnings(*this)) {
+            std::fprintf(stderr, "warning: %s\n", warning.c_str());
+          }
+        }
+      }
       // As Keras: a callback that sets stop_training ends the epoch after this batch.
       if (stop_training) break;
       if (verbose == 1 && step + 1 < steps) bar.update(step + 1, logs, false);
@@ -349,6 +363,13 @@ Tensor Model::predict(const Tensor& x, std::int64_t batch_size) {
   return outputs.size() == 1 ? outputs[0] : ops::concatenate(outputs, 0);
 }
 
+std::string Model::summary_text() { return keras::summary_text(*this, last_step_collectives_); }
+
+void Model::summary() {
+  std::string text = summary_text();
+  if (distribution::process_id() == 0) std::fputs(text.c_str(), stdout);
+}
+
 namespace {
 void check_weights_path(const std::string& path, const char* what) {
   const std::string suffix = ".safetensors";
@@ -362,10 +383,14 @@ void check_weights_path(const std::string& path, const char* what) {
 void Model::save_weights(const std::string& path) {
   check_weights_path(path, "save_weights");
   check_built("save_weights");
-  // Full tensors, whatever the distribution: sharded variables are gathered (every process
-  // takes part), and one process writes. The others learn whether the write succeeded, so no
-  // process goes on to load a file that is not there.
+  // Full tensors, whatever the distribution. A replicated model is written by whichever
+  // process calls this (each write is a private temporary renamed over the target, so several
+  // processes writing the same bytes is safe, and one alone — the usual `if chief` — is too).
+  // A sharded model is gathered, which every process must take part in; then process 0 writes
+  // and the others learn whether it succeeded, so no process goes on to load a file that is
+  // not there.
   std::vector<std::pair<std::string, Tensor>> tensors;
+  bool gathered = false;
   {
     NoGradGuard no_grad;
     for (Variable* variable : variables()) {
@@ -373,21 +398,25 @@ void Model::save_weights(const std::string& path) {
       if (std::optional<distribution::Sharding> sharding = distribution::sharding_of(full)) {
         full = distribution::redistribute(
             full, *sharding, distribution::Sharding::replicated(sharding->mesh(), sharding->global_shape()));
+        gathered = true;
       }
       tensors.emplace_back(variable->path(), full);
     }
   }
+  const std::map<std::string, std::string> metadata = {{"format", "keras-cpp"}, {"model", name()}};
   distribution::Communicator& world = distribution::world();
+  if (!gathered || world.size() == 1) {
+    io::save_safetensors(path, tensors, metadata);
+    return;
+  }
   std::string failure;
   if (world.rank() == 0) {
     try {
-      io::save_safetensors(path, tensors, {{"format", "keras-cpp"}, {"model", name()}});
+      io::save_safetensors(path, tensors, metadata);
     } catch (const std::exception& error) {
       failure = error.what();
-      if (world.size() == 1) throw;
     }
   }
-  if (world.size() == 1) return;
   std::int64_t failed = failure.empty() ? 0 : 1;
   world.all_reduce(&failed, 1, DType::int64, distribution::ReduceOperation::max);
   if (failed != 0) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "distribution/collective_log.h"
 #include "engine/losses.h"
 #include "engine/optimizers.h"
 #include "layers/callbacks.h"
@@ -87,6 +88,15 @@ class Model : public Layer {
   // One optimisation step on one batch; returns the batch loss.
   double train_on_batch(const Tensor& x, const Tensor& y);
 
+  // Keras' summary table and, under a distribution, the sharding plan (layers/model_summary.h).
+  // Printed by process 0; every process may call it.
+  void summary();
+  std::string summary_text();
+  // The collectives of the last training step, by kind and group (empty before one).
+  const std::vector<distribution::CollectiveTotal>& last_step_collectives() const {
+    return last_step_collectives_;
+  }
+
   void save_weights(const std::string& path);
   void load_weights(const std::string& path);
 
@@ -117,6 +127,8 @@ class Model : public Layer {
   losses::LossPtr loss_;
   std::vector<std::string> metric_names_;
   std::shared_ptr<distribution::GradientReducer> gradient_reducer_;
+  std::vector<distribution::CollectiveTotal> last_step_collectives_;
+  bool plan_checked_ = false;  // fit() warns about the plan once, after its first step
 
  public:
   // The data-parallel reducer of the last distributed step (null before one), for tests and

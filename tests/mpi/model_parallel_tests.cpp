@@ -161,6 +161,7 @@ struct TrainingRun {
   std::vector<double> losses;
   std::vector<std::vector<double>> weights;  // whole, in variable order
   std::int64_t local_parameters = 0, global_parameters = 0;
+  bool trained = false;  // some weight moved from its initial value
   bool model_axes = false;  // whether a mesh axis other than the batch axis has several devices
 };
 
@@ -178,6 +179,11 @@ TrainingRun train(const Case& test, bool sharded) {
   std::shared_ptr<Model> model = test.model();
   model->compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
   TrainingRun run;
+  Tensor probe = ops::random({RandomDistribution::normal, 0, 1, 99}, {kBatch, 6});
+  if (test.integer_inputs) {
+    probe = ops::cast(ops::random({RandomDistribution::uniform, 0, 24, 98}, {kBatch, 4}, float64), int64);
+  }
+  std::vector<double> before = model->predict(probe).to_vector<double>();
   for (int step = 0; step < kSteps; ++step) {
     RandomSpec data{RandomDistribution::normal, 0, 1, 100u + static_cast<unsigned>(step)};
     Tensor x = test.integer_inputs
@@ -188,6 +194,7 @@ TrainingRun train(const Case& test, bool sharded) {
                          int64);
     run.losses.push_back(model->train_on_batch(x, y));
   }
+  run.trained = model->predict(probe).to_vector<double>() != before;
   NoGradGuard no_grad;
   if (sharded) {
     kd::DeviceMesh mesh = test.mesh(size());
@@ -218,6 +225,7 @@ TEST_P(ModelParallelTable, MatchesOneProcess) {
     EXPECT_LT(sharded.local_parameters, sharded.global_parameters);
   }
   EXPECT_EQ(sharded.global_parameters, single.global_parameters);
+  EXPECT_TRUE(single.trained && sharded.trained) << "the steps must change the model";
   keras::testing::expect_close(sharded.losses, single.losses, 1e-5, test.name + " losses");
   ASSERT_EQ(sharded.weights.size(), single.weights.size());
   for (std::size_t w = 0; w < single.weights.size(); ++w) {
@@ -228,6 +236,145 @@ TEST_P(ModelParallelTable, MatchesOneProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ModelParallelTable, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& param) { return param.param.name; });
+
+std::shared_ptr<kd::ModelParallel> column_then_row(const kd::DeviceMesh& mesh) {
+  auto map = std::make_shared<kd::LayoutMap>(mesh);
+  (*map)[".*hidden/kernel"] = {std::nullopt, "model"};
+  (*map)[".*hidden/bias"] = {"model"};
+  (*map)[".*middle/kernel"] = {"model", std::nullopt};
+  return std::make_shared<kd::ModelParallel>(map);
+}
+
+Tensor inputs_for_tests() { return ops::random({RandomDistribution::normal, 0, 1, 41}, {kBatch, 6}); }
+
+// Weights saved from a sharded model are whole tensors: one process, or another mesh, loads
+// them and predicts the same.
+TEST(ModelParallelWeights, SavedOnOneMeshLoadOnOneProcessOrAnotherMesh) {
+  const std::string path = "/tmp/keras_model_parallel_weights_" + std::to_string(size()) + ".safetensors";
+  Tensor x = inputs_for_tests();
+  Tensor y = ops::cast(ops::random({RandomDistribution::uniform, 0, 4, 42}, {kBatch}, float64), int64);
+  clear_session();
+  set_random_seed(3);
+  kd::set_distribution(column_then_row(model_axis(size())));
+  std::shared_ptr<Model> trained = mlp();
+  trained->compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+  for (int step = 0; step < 3; ++step) trained->train_on_batch(x, y);
+  std::vector<double> expected = trained->predict(x).to_vector<double>();
+  trained->save_weights(path);
+
+  auto predictions_after_loading = [&](std::shared_ptr<kd::Distribution> distribution) {
+    clear_session();
+    set_random_seed(99);  // other initial values: the loaded ones must replace them
+    kd::set_distribution(std::move(distribution));
+    std::shared_ptr<Model> loaded = mlp();
+    loaded->predict(x);  // builds it
+    loaded->load_weights(path);
+    std::vector<double> predictions = loaded->predict(x).to_vector<double>();
+    kd::set_distribution(nullptr);
+    return predictions;
+  };
+  keras::testing::expect_close(predictions_after_loading(nullptr), expected, 1e-5, "one process");
+  keras::testing::expect_close(predictions_after_loading(column_then_row(batch_by_model(size()))),
+                               expected, 1e-5, "a batch x model mesh");
+  kd::world().barrier();
+  if (kd::process_id() == 0) std::remove(path.c_str());
+}
+
+// A sharded variable and its Adam moments take 1/N of the memory on each of N processes.
+TEST(ModelParallelMemory, ShardedVariablesAndTheirMomentsAreOneNth) {
+  clear_session();
+  set_random_seed(5);
+  auto map = std::make_shared<kd::LayoutMap>(model_axis(size()));
+  (*map)[".*wide/kernel"] = {std::nullopt, "model"};
+  (*map)[".*wide/bias"] = {"model"};
+  (*map)[".*narrow/kernel"] = {"model", std::nullopt};
+  kd::set_distribution(std::make_shared<kd::ModelParallel>(map));
+  Sequential model({layers::Dense(64, "relu", named("wide")), layers::Dense(4, "", named("narrow"))});
+  model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+  Tensor y = ops::cast(ops::random({RandomDistribution::uniform, 0, 4, 43}, {kBatch}, float64), int64);
+  model.train_on_batch(inputs_for_tests(), y);
+  std::size_t local = 0, global = 0, replicated = 0;
+  for (Variable* variable : model.variables()) {
+    local += variable->value.nbytes();
+    global += shape_size(variable->global_shape()) * sizeof(float);
+    if (!variable->sharded()) replicated += variable->value.nbytes();
+  }
+  // Everything but narrow/bias (4 floats) is split N ways.
+  EXPECT_EQ(replicated, 4 * sizeof(float));
+  EXPECT_EQ(local - replicated, (global - replicated) / static_cast<std::size_t>(size()));
+  EXPECT_EQ(model.optimizer().iterations(), 1);
+  EXPECT_EQ(model.optimizer().state_bytes(), 2 * local) << "Adam's moments have the local shapes";
+  kd::set_distribution(nullptr);
+}
+
+TEST(ModelParallelErrors, EachBadLayoutGetsItsMessage) {
+  auto build_with = [](const std::function<void(kd::LayoutMap&)>& layouts, const kd::DeviceMesh& mesh,
+                       std::int64_t units = 16) {
+    clear_session();
+    auto map = std::make_shared<kd::LayoutMap>(mesh);
+    layouts(*map);
+    kd::set_distribution(std::make_shared<kd::ModelParallel>(map));
+    Sequential model({layers::Dense(units, "", named("hidden"))});
+    model.predict(inputs_for_tests());
+  };
+  auto reset = [] { kd::set_distribution(nullptr); };
+  expect_throw_with<ValueError>(
+      [&] { build_with([](kd::LayoutMap& map) { map[".*hidden/kernel"] = {std::nullopt, "model"}; },
+                       model_axis(size()), 15); },
+      "cannot be split evenly over mesh axis 'model'");
+  expect_throw_with<ValueError>(
+      [&] { build_with([](kd::LayoutMap& map) { map[".*hidden/kernel"] = {"nowhere", std::nullopt}; },
+                       model_axis(size())); },
+      "Invalid axis names");
+  expect_throw_with<ValueError>(
+      [&] { build_with([](kd::LayoutMap& map) { map[".*hidden/kernel"] = {"model", "model"}; },
+                       model_axis(size())); },
+      "model");
+  expect_throw_with<ValueError>(
+      [&] { build_with([](kd::LayoutMap& map) { map[".*hidden/kernel"] = {std::nullopt, "model", std::nullopt}; },
+                       model_axis(size())); },
+      "one entry");
+  std::vector<std::string> too_many;
+  for (int p = 0; p < 2 * size(); ++p) too_many.push_back("cpu:" + std::to_string(p));
+  expect_throw_with<ValueError>(
+      [&] { build_with([](kd::LayoutMap& map) { map[".*hidden/kernel"] = {std::nullopt, "model"}; },
+                       kd::DeviceMesh({1, 2 * size()}, {"batch", "model"}, too_many)); },
+      "devices, but this job has");
+  expect_throw_with<ValueError>(
+      [&] { build_with([](kd::LayoutMap& map) { map[".*hidden/kernel"] = {std::nullopt, "model"}; },
+                       kd::DeviceMesh({1, 1}, {"batch", "model"}, std::vector<std::string>{"cpu:0"})); },
+      "devices, but this job has");
+  // An activation layout that puts the batch elsewhere.
+  expect_throw_with<ValueError>(
+      [&] { build_with([](kd::LayoutMap& map) { map[".*hidden/output"] = {"model", std::nullopt}; },
+                       model_axis(size())); },
+      "dimension 0 of an activation is the batch");
+  reset();
+}
+
+TEST(ModelParallelSummary, ShowsLayoutsBytesCollectivesAndWarnings) {
+  clear_session();
+  set_random_seed(6);
+  auto map = std::make_shared<kd::LayoutMap>(model_axis(size()));
+  (*map)[".*embedding/embeddings"] = {std::nullopt, "model"};  // Flatten must gather
+  (*map)[".*hidden/kernel"] = {std::nullopt, "model"};
+  (*map)[".*no_such_layer/kernel"] = {std::nullopt, "model"};
+  kd::set_distribution(std::make_shared<kd::ModelParallel>(map));
+  std::shared_ptr<Model> model = embedding_model();
+  model->compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+  Tensor x = ops::cast(ops::random({RandomDistribution::uniform, 0, 24, 44}, {kBatch, 4}, float64), int64);
+  Tensor y = ops::cast(ops::random({RandomDistribution::uniform, 0, 4, 45}, {kBatch}, float64), int64);
+  model->fit(x, y, {.batch_size = kBatch, .epochs = 1, .verbose = 0});
+  std::string text = model->summary_text();
+  for (const char* expected :
+       {"Model: \"embedder\"", "embedding (Embedding)", "(None, 4, 8)", "Total params: 492 (1.92 KB)",
+        "(None, 'model')", "Parameter bytes per process", "Collectives in the last training step",
+        "all_gather", "mesh axis 'model'", "'.*no_such_layer/kernel' matches no variable",
+        "layer 'embedder/flatten' (Flatten) cannot take a sharded input"}) {
+    EXPECT_NE(text.find(expected), std::string::npos) << "missing '" << expected << "' in\n" << text;
+  }
+  kd::set_distribution(nullptr);
+}
 
 }  // namespace
 }  // namespace keras
