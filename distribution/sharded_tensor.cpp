@@ -41,6 +41,10 @@ std::optional<ShardingContext> ShardingContext::current() {
   context.batch_axis = mesh->axis_index(active->batch_dim_name());
   context.coordinates = process_coordinates(*mesh);
   context.active = std::move(active);
+  // Every axis group of the mesh, created in axis order the first time (a collective split
+  // on every process), then served from the cache: layers that reach for their groups in
+  // different orders can then never split in different orders.
+  for (int axis = 0; axis < context.axes(); ++axis) context.group(axis);
   return context;
 }
 

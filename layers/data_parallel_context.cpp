@@ -12,6 +12,17 @@ DataParallelContext DataParallelContext::current(const char* what) {
   context.world_ = context.group_;
   context.process_id_ = context.group_->rank();
   std::shared_ptr<distribution::Distribution> active = distribution::distribution();
+  if (active && active->class_name() != "DataParallel" &&
+      active->device_mesh()->size() != distribution::num_processes()) {
+    // Every mesh device is one process: a mesh of another size cannot be honoured, and running
+    // it as if it were one process per replica would silently ignore its layouts.
+    throw ValueError(str(what, ": ", active->class_name(), " over ", active->device_mesh()->to_string(),
+                         " has ", active->device_mesh()->size(), " devices but this job has ",
+                         active->num_processes(), active->num_processes() == 1 ? " process" : " processes",
+                         "; each mesh device is one process (start the program with `mpirun -np ",
+                         active->device_mesh()->size(), "`), or use a mesh of ", active->num_processes(),
+                         " devices"));
+  }
   if (!active || distribution::num_processes() == 1) return context;
   if (auto sharded = distribution::ShardingContext::current()) {
     context.model_parallel_ = true;

@@ -259,6 +259,14 @@ TEST_F(LayersTest, ShardedLayoutOnAMeshLargerThanTheJobIsAnError) {
   Sequential model({layers::Dense(4)});
   expect_throw_with<ValueError>([&] { model(Tensor::zeros({2, 3})); },
                                 "over a mesh of 2 devices, but this job has 1 process;");
+  // With only replicated layouts the variables could be made, but the trainer refuses to run
+  // the mesh as if it were one device.
+  auto replicated_map = std::make_shared<kd::LayoutMap>(mesh);
+  kd::set_distribution(std::make_shared<kd::ModelParallel>(replicated_map));
+  Sequential unsharded({layers::Dense(4)});
+  unsharded.compile("sgd", "mse");
+  expect_throw_with<ValueError>([&] { unsharded.fit(Tensor::zeros({2, 3}), Tensor::zeros({2, 4}), {.verbose = 0}); },
+                                "has 2 devices but this job has 1 process");
   kd::set_distribution(nullptr);
 }
 
