@@ -50,6 +50,7 @@ struct Case {
   std::function<void(kd::LayoutMap&)> layouts;
   std::function<std::shared_ptr<Model>()> model;
   bool integer_inputs = false;
+  std::string batch_dim_name = "";  // "": the mesh's first axis, as in Keras
 };
 
 void PrintTo(const Case& test, std::ostream* out) { *out << test.name; }
@@ -154,6 +155,13 @@ std::vector<Case> cases() {
          map[".*middle/kernel"] = {"model", std::nullopt};
        },
        [] { return mlp(); }},
+      {"batch_axis_second",
+       [](int processes) { return kd::DeviceMesh({processes / 2, 2}, {"model", "batch"}); },
+       [](kd::LayoutMap& map) {
+         map[".*hidden/kernel"] = {std::nullopt, "model"};
+         map[".*middle/kernel"] = {"model", std::nullopt};
+       },
+       [] { return mlp(true); }, false, "batch"},
   };
 }
 
@@ -174,7 +182,7 @@ TrainingRun train(const Case& test, bool sharded) {
   if (sharded) {
     auto map = std::make_shared<kd::LayoutMap>(test.mesh(size()));
     test.layouts(*map);
-    kd::set_distribution(std::make_shared<kd::ModelParallel>(map));
+    kd::set_distribution(std::make_shared<kd::ModelParallel>(map, test.batch_dim_name));
   }
   std::shared_ptr<Model> model = test.model();
   model->compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
@@ -198,7 +206,10 @@ TrainingRun train(const Case& test, bool sharded) {
   NoGradGuard no_grad;
   if (sharded) {
     kd::DeviceMesh mesh = test.mesh(size());
-    for (std::size_t axis = 1; axis < mesh.shape().size(); ++axis) run.model_axes |= mesh.shape()[axis] > 1;
+    const std::string batch = test.batch_dim_name.empty() ? mesh.axis_names()[0] : test.batch_dim_name;
+    for (std::size_t axis = 0; axis < mesh.shape().size(); ++axis) {
+      run.model_axes |= mesh.axis_names()[axis] != batch && mesh.shape()[axis] > 1;
+    }
   }
   for (Variable* variable : model->variables()) {
     run.local_parameters += variable->value.size();
