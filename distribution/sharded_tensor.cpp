@@ -116,7 +116,9 @@ Tensor ShardingContext::to_data_layout(const Tensor& local) const {
   if (!sharding) return local;
   Sharding target(mesh, data_sharding(local.shape()).placements(), sharding->global_shape());
   Tensor moved = redistribute(local, *sharding, target);
-  moved.set_annotation(nullptr);
+  // Unannotated means "the data layout". The tensor handed in keeps its annotation: it may
+  // feed other layers too.
+  if (!moved.same_as(local)) moved.set_annotation(nullptr);
   return moved;
 }
 

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "engine/errors.h"
+#include "engine/ops.h"
 
 namespace keras::io {
 namespace {
@@ -328,6 +329,14 @@ FashionMnist load_fashion_mnist(const std::string& directory) {
   std::tie(data.x_test, data.y_test) =
       read_split("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz");
   return data;
+}
+
+Tensor image_features(const Tensor& images) {
+  if (images.rank() < 2) {
+    throw ShapeError(str("image_features: expected images of shape (N, H, W), got ",
+                         shape_to_string(images.shape())));
+  }
+  return ops::reshape(images.astype(float32), {images.dim(0), -1}) * (1.0 / 255.0);
 }
 
 }  // namespace keras::io

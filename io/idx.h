@@ -30,5 +30,7 @@ struct FashionMnist {
 // data, when the directory or a file is missing, and FileFormatError when images and labels do
 // not match.
 FashionMnist load_fashion_mnist(const std::string& directory = "/usr/share/datasets/fashion-mnist");
+// uint8 images (N, H, W) -> float32 features (N, H*W) in [0, 1], as the examples train on them.
+Tensor image_features(const Tensor& images);
 
 }  // namespace keras::io

@@ -88,10 +88,6 @@ Flags parse_flags(int argc, char** argv) {
   return flags;
 }
 
-// uint8 images (N, 28, 28) -> float32 (N, 784) in [0, 1].
-keras::Tensor to_features(const keras::Tensor& images) {
-  return keras::ops::reshape(images.astype(keras::float32), {images.dim(0), -1}) * (1.0 / 255.0);
-}
 
 }  // namespace
 
@@ -109,8 +105,8 @@ int main(int argc, char** argv) {
     }
     bool chief = kd::process_id() == 0;
     auto data = keras::io::load_fashion_mnist(flags.data_dir);
-    keras::Tensor x_train = to_features(data.x_train);
-    keras::Tensor x_test = to_features(data.x_test);
+    keras::Tensor x_train = keras::io::image_features(data.x_train);
+    keras::Tensor x_test = keras::io::image_features(data.x_test);
     if (chief) {
       std::printf("Fashion-MNIST: %lld training and %lld test images; %d processes x %d threads\n",
                   static_cast<long long>(x_train.dim(0)), static_cast<long long>(x_test.dim(0)),

@@ -80,9 +80,6 @@ Flags parse_flags(int argc, char** argv) {
   return flags;
 }
 
-keras::Tensor to_features(const keras::Tensor& images) {
-  return keras::ops::reshape(images.astype(keras::float32), {images.dim(0), -1}) * (1.0 / 255.0);
-}
 
 }  // namespace
 
@@ -106,7 +103,8 @@ int main(int argc, char** argv) {
     kd::set_distribution(std::make_shared<kd::ModelParallel>(layout_map));
 
     auto data = keras::io::load_fashion_mnist(flags.data_dir);
-    keras::Tensor x_train = to_features(data.x_train), x_test = to_features(data.x_test);
+    keras::Tensor x_train = keras::io::image_features(data.x_train);
+    keras::Tensor x_test = keras::io::image_features(data.x_test);
     namespace kl = keras::layers;
     auto named = [](const char* name) {
       kl::DenseOptions options;
