@@ -11,9 +11,14 @@
 #include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <thread>
+
+#include <unistd.h>
 
 #include "distribution/collective_failure.h"
 #include "distribution/distribution.h"
+#include "distribution/gloo/gloo_communicator.h"
+#include "distribution/gloo/key_value_store.h"
 #include "distribution/mpi/mpi_communicator.h"
 #include "engine/environment.h"
 #include "engine/gpu_runtime.h"
@@ -51,6 +56,173 @@ void finalize_at_exit() { finalize(); }
   std::_Exit(EXIT_FAILURE);  // MPI_Abort does not return; this is for the compiler
 }
 
+// The rendezvous of a job started by hand (see distribution/gloo/key_value_store.h): process 0
+// serves the store, everyone joins and checks the job, then the world is a Gloo group.
+std::unique_ptr<KeyValueServer> coordinator;
+std::shared_ptr<KeyValueClient> rendezvous_store;
+
+// Watches the job from a thread of its own (with its own connection to the store): when another
+// process ends after a failed collective it says so under "job/failed", and when process 0 dies
+// the store goes with it. Either way this process ends within a poll period, even if it is
+// busy computing or asleep rather than inside a collective, where Gloo itself would notice the
+// closed connections. It plays MPI_Abort's part for jobs started by hand.
+class JobMonitor {
+ public:
+  JobMonitor(const std::string& host, int port, int process_id) : process_id_(process_id) {
+    store_ = std::make_unique<KeyValueClient>(host, port, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    thread_ = std::thread([this] { watch(); });
+  }
+  ~JobMonitor() {
+    stopping_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  // 100 ms: a failure reaches every process well inside the 10 s the fault tests allow, at
+  // one tiny request per process per period.
+  static constexpr std::chrono::milliseconds kPeriod{100};
+  void watch() {
+    while (!stopping_) {
+      std::optional<std::vector<char>> failed;
+      try {
+        failed = store_->try_get("job/failed");
+      } catch (const Error&) {
+        if (stopping_) return;
+        end("the coordinator (process 0) is gone: its store at " + store_->address() + " closed");
+      }
+      if (failed) end("another process ended after a failed collective: " + std::string(failed->begin(), failed->end()));
+      std::this_thread::sleep_for(kPeriod);
+    }
+  }
+  [[noreturn]] void end(const std::string& why) {
+    std::fprintf(stderr, "keras: process %d ends: %s\n", process_id_, why.c_str());
+    std::fflush(stderr);
+    std::_Exit(EXIT_FAILURE);
+  }
+  int process_id_;
+  std::unique_ptr<KeyValueClient> store_;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+std::unique_ptr<JobMonitor> job_monitor;
+
+std::chrono::milliseconds init_timeout() {
+  if (auto value = environment::seconds("KERAS_DISTRIBUTION_INIT_TIMEOUT_SECONDS", 0.001, 1e6)) return *value;
+  return std::chrono::seconds(120);
+}
+
+std::string own_host(const std::vector<std::string>& addresses, int process_id) {
+  if (auto interface = environment::get("KERAS_DISTRIBUTION_INTERFACE")) return *interface;
+  if (addresses.size() > 1) return split_host_port(addresses[static_cast<std::size_t>(process_id)]).first;
+  // The coordinator's address alone: a job on one machine (loopback coordinator) listens on
+  // loopback; otherwise on this machine's name, which its peers resolve.
+  std::string coordinator_host = split_host_port(addresses[0]).first;
+  if (coordinator_host.rfind("127.", 0) == 0 || coordinator_host == "localhost") return coordinator_host;
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+std::shared_ptr<Communicator> join_by_rendezvous(const std::vector<std::string>& addresses,
+                                                 int processes, int process_id) {
+  auto [host, port] = split_host_port(addresses[0]);
+  std::chrono::milliseconds timeout = init_timeout();
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string port_taken;
+  if (process_id == 0) {
+    try {
+      coordinator = std::make_unique<KeyValueServer>(host, port);
+    } catch (const Error& error) {
+      // Taken: by a foreign program (an error), or by this job's coordinator, which means a
+      // second process was given id 0; the claim below finds that out and tells both.
+      port_taken = error.what();
+    }
+  }
+  std::shared_ptr<KeyValueClient> store;
+  try {
+    store = port_taken.empty()
+                ? std::make_shared<KeyValueClient>(host, port, deadline)
+                : std::make_shared<KeyValueClient>(host, port, std::chrono::steady_clock::now() + std::chrono::seconds(1),
+                                                   std::chrono::seconds(2));
+    if (!port_taken.empty()) store->try_get("join/error");  // does a keras coordinator answer?
+  } catch (const CollectiveError&) {
+    if (!port_taken.empty()) throw Error(port_taken);
+    throw;
+  }
+  auto text = [](const std::string& value) { return std::vector<char>(value.begin(), value.end()); };
+  if (store->add(str("join/claimed/", process_id), 1) > 1) {
+    std::string message = str("process_id ", process_id, " was claimed by two processes of the job at ",
+                              store->address(), "; each process needs its own id in [0, ", processes, ")");
+    store->set("join/error", text(message));
+    throw ValueError(message);
+  }
+  if (!port_taken.empty()) throw Error(port_taken);  // a keras coordinator, but not of this id's job
+  store->set(str("join/num_processes/", process_id), text(std::to_string(processes)));
+  // A job error found by this process: published so the others stop waiting, then (on the
+  // coordinator, whose store ends with it) a pause long enough for them to read it.
+  auto refuse = [&](const std::string& message) {
+    store->set("join/error", text(message));
+    if (process_id == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    throw ValueError(message);
+  };
+  // Wait for every process, checking each one's view of the job as it arrives.
+  std::vector<int> missing;
+  auto pause = std::chrono::milliseconds(1);
+  while (true) {
+    if (auto error = store->try_get("join/error")) {
+      std::string message(error->begin(), error->end());
+      if (process_id == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      throw ValueError(str("another process refused the job: ", message));
+    }
+    missing.clear();
+    for (int p = 0; p < processes; ++p) {
+      std::optional<std::vector<char>> theirs = store->try_get(str("join/num_processes/", p));
+      if (!theirs) {
+        missing.push_back(p);
+      } else if (std::string(theirs->begin(), theirs->end()) != std::to_string(processes)) {
+        refuse(str("process ", p, " was started with num_processes=", std::string(theirs->begin(), theirs->end()),
+                   " but process ", process_id, " with num_processes=", processes,
+                   "; every process must be given the same"));
+      }
+    }
+    if (missing.empty() || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+  if (!missing.empty()) {
+    std::string ids;
+    for (int p : missing) ids += str(ids.empty() ? "" : ", ", p);
+    throw CollectiveError(str("processes ", ids, " of ", processes, " did not join the job at the coordinator ",
+                              store->address(), " within ", static_cast<double>(timeout.count()) / 1000.0, " s ",
+                              "(KERAS_DISTRIBUTION_INIT_TIMEOUT_SECONDS)"));
+  }
+  rendezvous_store = store;
+  job_monitor = std::make_unique<JobMonitor>(host, port, process_id);
+  auto world = std::make_shared<GlooCommunicator>(store, "world", own_host(addresses, process_id), process_id,
+                                                  processes, "world");
+  return world;
+}
+
+// Leaving a job started by hand: every process says so in the store and waits for the others,
+// so process 0 keeps the store up until the last one is done with it.
+void leave_rendezvous() {
+  if (!rendezvous_store) return;
+  job_monitor.reset();  // the store may close once everyone has left
+  int processes = world_communicator ? world_communicator->size() : 1;
+  try {
+    rendezvous_store->add("leave", 1);
+    auto deadline = std::chrono::steady_clock::now() + init_timeout();
+    while (rendezvous_store->add("leave", 0) < processes && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } catch (const Error&) {
+    // The coordinator is gone: nobody is left to wait for.
+  }
+  world_communicator.reset();
+  rendezvous_store.reset();
+  coordinator.reset();
+}
+
 }  // namespace
 
 std::vector<std::string> parse_job_addresses(const std::string& addresses,
@@ -78,7 +250,9 @@ std::vector<std::string> parse_job_addresses(const std::string& addresses,
     if (comma == std::string::npos) break;
     begin = comma + 1;
   }
-  if (num_processes && static_cast<int>(result.size()) != *num_processes) {
+  // One address is the coordinator's alone (Keras counts addresses only in a comma list); a
+  // list names every process.
+  if (num_processes && result.size() > 1 && static_cast<int>(result.size()) != *num_processes) {
     throw ValueError(str("job_addresses ", quote_input(addresses), " lists ", result.size(),
                          " processes, but num_processes is ", *num_processes));
   }
@@ -114,7 +288,8 @@ void initialize(std::optional<std::string> job_addresses, std::optional<int> num
     throw ValueError(str("process_id ", *process_id_arg, " is out of range; expected [0, ",
                          num_processes_arg ? *num_processes_arg : 0, ")"));
   }
-  if (job_addresses) parse_job_addresses(*job_addresses, num_processes_arg);
+  std::vector<std::string> addresses;
+  if (job_addresses) addresses = parse_job_addresses(*job_addresses, num_processes_arg);
 
   if (launched_by_mpirun()) {
     int already = 0;
@@ -143,12 +318,32 @@ void initialize(std::optional<std::string> job_addresses, std::optional<int> num
     }
     world_communicator = communicator;
   } else {
-    if (num_processes_arg && *num_processes_arg > 1) {
-      throw ValueError(str("num_processes=", *num_processes_arg, " needs one process per device, ",
-                           "started together: launch the program with `mpirun -np ",
-                           *num_processes_arg, " <program>` (OpenMPI)"));
+    // Started by hand: the job is what the arguments say, checked as JAX's initialize does
+    // (Keras itself accepts some of these and runs a different job than was asked for).
+    if (addresses.size() > 1 && !num_processes_arg) {
+      throw ValueError(str("job_addresses lists ", addresses.size(), " processes but num_processes is "
+                           "not given; pass num_processes=", addresses.size(), " (or set "
+                           "KERAS_DISTRIBUTION_NUM_PROCESSES) and this process's process_id"));
     }
-    world_communicator = std::make_shared<LocalCommunicator>("world");
+    if (process_id_arg && !num_processes_arg) {
+      throw ValueError(str("process_id=", *process_id_arg, " is given without num_processes; a job "
+                           "started by hand needs job_addresses, num_processes and process_id"));
+    }
+    if (num_processes_arg && *num_processes_arg > 1) {
+      if (addresses.empty()) {
+        throw ValueError(str("num_processes=", *num_processes_arg, " without job_addresses: processes "
+                             "started by hand meet at the coordinator, process 0's host:port (or "
+                             "launch the program with `mpirun -np ", *num_processes_arg, " <program>`)"));
+      }
+      if (!process_id_arg) {
+        throw ValueError(str("num_processes=", *num_processes_arg, " without process_id: each process "
+                             "started by hand must say which one it is (0 to ", *num_processes_arg - 1, ")"));
+      }
+      world_communicator = join_by_rendezvous(addresses, *num_processes_arg, *process_id_arg);
+      std::atexit(finalize_at_exit);
+    } else {
+      world_communicator = std::make_shared<LocalCommunicator>("world");
+    }
   }
   // Every process starts from rank 0's seed, so replicated variables are initialised equal.
   std::uint64_t seed = next_random_seed();
@@ -164,6 +359,38 @@ bool is_initialized() {
 
 void finalize() {
   std::lock_guard lock(state_mutex);
+  if (rendezvous_store) {
+    if (auto failure = collective_failure()) {
+      // Peers inside a collective see this process's connections close; the others learn it
+      // from the store (JobMonitor).
+      int rank = world_communicator ? world_communicator->rank() : -1;
+      try {
+        rendezvous_store->set("job/failed", [&] {
+          std::string text = str("process ", rank, ": ", *failure);
+          return std::vector<char>(text.begin(), text.end());
+        }());
+      } catch (const Error&) {
+        // The coordinator is gone already; the peers notice that themselves.
+      }
+      std::fprintf(stderr, "keras: process %d ends after a failed collective: %s\n", rank, failure->c_str());
+      std::fflush(stderr);
+      std::_Exit(EXIT_FAILURE);
+    }
+    // Leaving is a collective, as under MPI: a peer still inside a collective learns at once
+    // that this process has gone.
+    if (auto* gloo = dynamic_cast<GlooCommunicator*>(world_communicator.get())) {
+      try {
+        gloo->check_all_ranks_leaving();
+      } catch (const CollectiveError& error) {
+        std::fprintf(stderr, "keras: process %d ends: %s\n", gloo->rank(), error.what());
+        std::fflush(stderr);
+        std::_Exit(EXIT_FAILURE);
+      }
+    }
+    clear_mesh_axis_groups();
+    leave_rendezvous();
+    return;
+  }
   int started = 0, finished = 0;
   MPI_Initialized(&started);
   MPI_Finalized(&finished);

@@ -2,10 +2,11 @@
 # Installs the Debian packages keras-cpp builds, tests and runs with (as root, on Debian 12).
 # The CUDA toolkit is optional: when nvcc is on PATH the GPU runtime is built too. clang-14 with
 # its libFuzzer/sanitizer runtimes (libclang-rt-14-dev) and OpenMP (libomp-14-dev) builds the
-# fuzz preset (scripts/run_fuzzers.sh). PCRE2 matches LayoutMap keys in Python re's dialect.
+# fuzz preset (scripts/run_fuzzers.sh). PCRE2 matches LayoutMap keys in Python re's dialect;
+# Gloo runs the collectives of processes started without mpirun.
 set -euo pipefail
 packages=(cmake g++ make libeigen3-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev
-          libgtest-dev libbenchmark-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libpcre2-dev
+          libgtest-dev libbenchmark-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libpcre2-dev libgloo-dev
           clang-14 libclang-rt-14-dev libomp-14-dev)
 missing=()
 for package in "${packages[@]}"; do

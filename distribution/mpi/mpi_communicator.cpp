@@ -2,6 +2,8 @@
 // the blocking phase.
 #include "distribution/mpi/mpi_communicator.h"
 
+#include "distribution/collective_signature.h"
+
 #include <limits>
 #include <thread>
 
@@ -48,42 +50,6 @@ void divide(void* data, std::int64_t count, DType dtype, int size) {
     T* values = static_cast<T*>(data);
     for (std::int64_t i = 0; i < count; ++i) values[i] = static_cast<T>(values[i] / static_cast<T>(size));
   });
-}
-
-// A signature's operation code: the kind in the high 32 bits, its detail (the reduction, or the
-// broadcast root) in the low 32, so that no two collectives share a code.
-enum class Kind : std::int64_t {
-  all_reduce = 1, all_gather, reduce_scatter, broadcast, barrier, split, leaving
-};
-std::int64_t operation_code(Kind kind, std::int64_t detail = 0) {
-  return (static_cast<std::int64_t>(kind) << 32) | detail;
-}
-
-// One rank's collective in words: "all_reduce (sum) of 4 float32 elements".
-std::string describe_collective(std::int64_t code, std::int64_t dtype_code, std::int64_t count) {
-  auto kind = static_cast<Kind>(code >> 32);
-  std::int64_t detail = code & 0xFFFFFFFF;
-  std::string elements =
-      str(count, " ", dtype_code >= 0 && dtype_code <= static_cast<std::int64_t>(DType::float64)
-                          ? dtype_name(static_cast<DType>(dtype_code))
-                          : "unknown-dtype",
-          " elements");
-  auto reduction = [&] {
-    return detail >= 0 && detail <= static_cast<std::int64_t>(ReduceOperation::min)
-               ? reduce_operation_name(static_cast<ReduceOperation>(detail))
-               : "unknown";
-  };
-  switch (kind) {
-    case Kind::all_reduce: return str("all_reduce (", reduction(), ") of ", elements);
-    case Kind::all_gather: return str("all_gather of ", elements, " per rank");
-    case Kind::reduce_scatter:
-      return str("reduce_scatter (", reduction(), ") of ", elements, " per rank");
-    case Kind::broadcast: return str("broadcast from rank ", detail, " of ", elements);
-    case Kind::barrier: return "barrier";
-    case Kind::split: return "split (creating a sub-group)";
-    case Kind::leaving: return "finalize (its program returned or called finalize())";
-  }
-  return str("an unknown operation (code ", code, ")");
 }
 
 // A communicator's own message, cut short for quoting inside another message.
@@ -171,31 +137,7 @@ std::string MpiCommunicator::describe_every_rank(std::int64_t code, DType dtype,
                        communicator_, &request),
         what);
   wait(request, what);
-  // Consecutive ranks that issued the same collective are told together; at most 8 groups.
-  std::string text;
-  int groups = 0;
-  for (int first = 0; first < size_;) {
-    int last = first;
-    auto same = [&](int a, int b) {
-      for (int k = 0; k < 3; ++k) {
-        if (all[static_cast<std::size_t>(a) * 3 + k] != all[static_cast<std::size_t>(b) * 3 + k]) {
-          return false;
-        }
-      }
-      return true;
-    };
-    while (last + 1 < size_ && same(first, last + 1)) ++last;
-    if (++groups > 8) {
-      text += str("; and ranks ", first, "-", size_ - 1, " issued other collectives");
-      break;
-    }
-    std::size_t at = static_cast<std::size_t>(first) * 3;
-    text += str(text.empty() ? "" : "; ",
-                first == last ? str("rank ", first) : str("ranks ", first, "-", last), " issued ",
-                describe_collective(all[at], all[at + 1], all[at + 2]));
-    first = last + 1;
-  }
-  return text;
+  return describe_signatures(all, size_);
 }
 
 void MpiCommunicator::check_signature(std::int64_t code, DType dtype, std::int64_t count,
@@ -226,7 +168,7 @@ void MpiCommunicator::all_reduce(void* data, std::int64_t count, DType dtype,
   const char* what = "all_reduce";
   int n = check_count(count, what);
   MPI_Datatype type = mpi_type(dtype, what);
-  check_signature(operation_code(Kind::all_reduce, static_cast<int>(operation)), dtype, count,
+  check_signature(collective_code(CollectiveKind::all_reduce, static_cast<int>(operation)), dtype, count,
                   what);
   {
     BlockingCallWatch watch(what, &name_, timeout_);
@@ -241,7 +183,7 @@ void MpiCommunicator::all_gather(const void* send, void* receive, std::int64_t c
   const char* what = "all_gather";
   int n = check_count(count, what);
   MPI_Datatype type = mpi_type(dtype, what);
-  check_signature(operation_code(Kind::all_gather), dtype, count, what);
+  check_signature(collective_code(CollectiveKind::all_gather), dtype, count, what);
   BlockingCallWatch watch(what, &name_, timeout_);
   check(MPI_Allgather(send == receive ? MPI_IN_PLACE : send, n, type, receive, n, type,
                       communicator_),
@@ -253,7 +195,7 @@ void MpiCommunicator::reduce_scatter(const void* send, void* receive, std::int64
   const char* what = "reduce_scatter";
   int n = check_count(count, what);
   MPI_Datatype type = mpi_type(dtype, what);
-  check_signature(operation_code(Kind::reduce_scatter, static_cast<int>(operation)), dtype, count,
+  check_signature(collective_code(CollectiveKind::reduce_scatter, static_cast<int>(operation)), dtype, count,
                   what);
   {
     BlockingCallWatch watch(what, &name_, timeout_);
@@ -272,14 +214,14 @@ void MpiCommunicator::broadcast(void* data, std::int64_t count, DType dtype, int
   }
   int n = check_count(count, what);
   MPI_Datatype type = mpi_type(dtype, what);
-  check_signature(operation_code(Kind::broadcast, root), dtype, count, what);
+  check_signature(collective_code(CollectiveKind::broadcast, root), dtype, count, what);
   BlockingCallWatch watch(what, &name_, timeout_);
   check(MPI_Bcast(data, n, type, root, communicator_), what);
 }
 
 void MpiCommunicator::barrier() {
   const char* what = "barrier";
-  check_signature(operation_code(Kind::barrier), DType::int32, 0, what);
+  check_signature(collective_code(CollectiveKind::barrier), DType::int32, 0, what);
   MPI_Request request;
   check(MPI_Ibarrier(communicator_, &request), what);
   wait(request, what);
@@ -292,7 +234,7 @@ void MpiCommunicator::check_all_ranks_leaving() {
   std::chrono::milliseconds collective_timeout = timeout_;
   timeout_ = kMaximumTimeout;
   try {
-    check_signature(operation_code(Kind::leaving), DType::int32, 0, "finalize");
+    check_signature(collective_code(CollectiveKind::leaving), DType::int32, 0, "finalize");
   } catch (...) {
     timeout_ = collective_timeout;
     throw;
@@ -302,7 +244,7 @@ void MpiCommunicator::check_all_ranks_leaving() {
 
 std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
   const char* what = "split";
-  check_signature(operation_code(Kind::split), DType::int32, 0, what);
+  check_signature(collective_code(CollectiveKind::split), DType::int32, 0, what);
   MPI_Comm child;
   // MPI_Comm_split has no non-blocking form; the signature exchange above already proved that
   // every rank reached this point, and the watchdog bounds the rest.

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Runs fault_tool under `mpirun -np 2` with one fault and checks that the whole job ends
-within 10 s of the fault (the moment the tool prints as fault_at=...), with the status and
-messages expected. Usage: check_fault_exit.py MPIRUN TOOL SCENARIO"""
+"""Runs fault_tool on 2 processes with one fault and checks that the whole job ends within 10 s
+of the fault (the moment the tool prints as fault_at=...), with the status and messages
+expected. The processes run under `mpirun -np 2` (backend mpi) or are started by hand, each
+with the three KERAS_DISTRIBUTION_* variables on loopback addresses (backend gloo); nothing
+kills the survivors for them, so the time measured is our own detection.
+Usage: check_fault_exit.py MPIRUN TOOL SCENARIO [mpi|gloo]"""
 import os
 import re
 import subprocess
@@ -28,23 +31,72 @@ EXPECTED = {
                              r"ends the whole job \(MPI_Abort\)"]),
 }
 
+# The same faults on Gloo: the messages that differ are how the job ends (no MPI_Abort: a
+# process exits and its peers see its connections close) and how a timeout reads.
+EXPECTED_GLOO = {
+    "normal": EXPECTED["normal"],
+    "killed": (60, False, [r"fault_at=", r"closed its connection"]),
+    "caught_error": (60, False, [r"caught in main: an error of the user's own code on rank 0",
+                                 r"rank 0 issued finalize|closed its connection"]),
+    "stall": (3, False, [r"did not answer within 3000 ms",
+                         r"poisoned, refused in 0\.0\d+ s: barrier over world refused"]),
+    "early_return": (60, False, [r"rank 0 issued finalize|closed its connection"]),
+    "mismatch": (60, False, [r"rank 0 issued all_reduce \(sum\) of 4 float64 elements; "
+                             r"rank 1 issued all_reduce \(max\) of 8 float32 elements"]),
+}
+
+
+def run_by_hand(tool, scenario, environment):
+    """Starts the 2 processes as a user would in two shells; returns (status, output)."""
+    port = 20000 + os.getpid() % 20000
+    addresses = f"127.0.0.1:{port},127.0.0.2:{port + 1}"
+    processes = []
+    for process_id in range(2):
+        process_environment = dict(environment, KERAS_DISTRIBUTION_JOB_ADDRESSES=addresses,
+                                   KERAS_DISTRIBUTION_NUM_PROCESSES="2",
+                                   KERAS_DISTRIBUTION_PROCESS_ID=str(process_id))
+        processes.append(subprocess.Popen([tool, scenario], env=process_environment,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    deadline = time.monotonic() + 120
+    outputs, statuses = [], []
+    for process in processes:
+        try:
+            output, _ = process.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                other.kill()
+            raise
+        outputs.append(output)
+        statuses.append(process.returncode)
+    status = next((code for code in statuses if code != 0), 0)
+    if status < 0:
+        status = 128 - status
+    text = "".join(f"[process {i}] {line}\n" for i, output in enumerate(outputs) for line in output.splitlines())
+    if any(code == -9 for code in statuses):
+        text += "a process was Killed (signal 9)\n"
+    return status, text
+
 
 def main():
     mpirun, tool, scenario = sys.argv[1:4]
-    timeout, must_succeed, patterns = EXPECTED[scenario]
+    backend = sys.argv[4] if len(sys.argv) > 4 else "mpi"
+    timeout, must_succeed, patterns = (EXPECTED_GLOO if backend == "gloo" else EXPECTED)[scenario]
     environment = dict(os.environ, KERAS_NUM_THREADS="1",
                        KERAS_COLLECTIVE_TIMEOUT_SECONDS=str(timeout))
     command = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", tool, scenario]
     started = time.monotonic()
     try:
-        result = subprocess.run(command, env=environment, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, timeout=120)
+        if backend == "gloo":
+            status, output = run_by_hand(tool, scenario, environment)
+        else:
+            result = subprocess.run(command, env=environment, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, timeout=120)
+            status, output = result.returncode, result.stdout
     except subprocess.TimeoutExpired as expired:
-        print(expired.stdout or "")
+        print(getattr(expired, "stdout", "") or "")
         print(f"FAIL: the job of scenario {scenario} still ran after 120 s (a hang)")
         return 1
     ended = time.monotonic()
-    output = result.stdout
     print(output)
     failures = []
     faults = [float(value) for value in re.findall(r"fault_at=([0-9.]+)", output)]
@@ -57,8 +109,8 @@ def main():
                   f"(limit {LIMIT_SECONDS} s; whole job {ended - started:.2f} s)")
             if elapsed >= LIMIT_SECONDS:
                 failures.append(f"the job ended {elapsed:.2f} s after the fault")
-    if must_succeed != (result.returncode == 0):
-        failures.append(f"mpirun exited with status {result.returncode}, expected "
+    if must_succeed != (status == 0):
+        failures.append(f"the job exited with status {status}, expected "
                         f"{'0' if must_succeed else 'non-zero'}")
     for pattern in patterns:
         if not re.search(pattern, output):

@@ -134,10 +134,15 @@ TEST_P(Redistribution, ForwardGradientAndFiniteDifferences) {
   testing::expect_close(numeric, full_gradient.to_vector<double>(), 1e-7, c.name + " finite differences");
 }
 
-// Registered for the process count this binary runs with (main() fills it in).
+// Registered (before main runs) for the process count this binary runs with: mpirun's, or the
+// one a job started by hand is given (scripts/launch_local.sh).
 std::vector<RedistributionCase> registered_cases() {
   int processes = 2;
-  if (const char* size = std::getenv("OMPI_COMM_WORLD_SIZE")) processes = std::atoi(size);
+  if (const char* size = std::getenv("OMPI_COMM_WORLD_SIZE")) {
+    processes = std::atoi(size);
+  } else if (const char* given = std::getenv("KERAS_DISTRIBUTION_NUM_PROCESSES")) {
+    processes = std::atoi(given);
+  }
   return cases_for(processes);
 }
 

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Starts initialize_tool processes by hand (no mpirun), as a user would in separate shells, and
+checks what each prints and how fast the job ends: the seed's own example with explicit
+arguments and with the KERAS_DISTRIBUTION_* variables (address list, or the coordinator's
+address alone), and each rendezvous error. Usage: check_rendezvous.py TOOL CASE"""
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start(tool, arguments=(), environment=None):
+    env = dict(os.environ, KERAS_NUM_THREADS="1", **(environment or {}))
+    return subprocess.Popen([tool, *arguments], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def finish(processes, limit):
+    deadline = time.monotonic() + limit
+    results = []
+    for process in processes:
+        try:
+            output, _ = process.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                other.kill()
+            return None
+        results.append((process.returncode, output))
+    return results
+
+
+def variables(addresses, processes, process_id):
+    return {"KERAS_DISTRIBUTION_JOB_ADDRESSES": addresses,
+            "KERAS_DISTRIBUTION_NUM_PROCESSES": str(processes),
+            "KERAS_DISTRIBUTION_PROCESS_ID": str(process_id)}
+
+
+def main():
+    tool, case = sys.argv[1:3]
+    port = free_port()
+    listing = f"127.0.0.1:{port},127.0.0.2:{port + 1}"
+    # case: (processes, seconds allowed, [(status zero?, pattern) per process])
+    if case == "explicit_arguments":
+        processes = [start(tool, ["--job-addresses", listing, "--num-processes", "2", "--process-id", str(i)])
+                     for i in range(2)]
+        expected = [(True, r"processes=2 id=0 seeds agree"), (True, r"processes=2 id=1 seeds agree")]
+    elif case == "environment_coordinator_only":
+        processes = [start(tool, environment=variables(f"127.0.0.1:{port}", 2, i)) for i in range(2)]
+        expected = [(True, r"processes=2 id=0 seeds agree"), (True, r"processes=2 id=1 seeds agree")]
+    elif case == "duplicate_process_id":
+        processes = [start(tool, environment=variables(listing, 2, 0)) for _ in range(2)]
+        expected = [(False, r"process_id 0 was claimed by two processes|another process refused the job")] * 2
+    elif case == "num_processes_differ":
+        processes = [start(tool, environment=variables(listing, 2, 0)),
+                     start(tool, environment=variables(f"127.0.0.1:{port}", 3, 1))]
+        expected = [(False, r"started with num_processes=\d but process \d with num_processes=\d")] * 2
+    elif case == "missing_process":
+        environment = dict(variables(listing, 2, 0), KERAS_DISTRIBUTION_INIT_TIMEOUT_SECONDS="2")
+        processes = [start(tool, environment=environment)]
+        expected = [(False, rf"processes 1 of 2 did not join the job at the coordinator 127\.0\.0\.1:{port} within 2 s")]
+    elif case == "coordinator_port_in_use":
+        holder = socket.socket()
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        processes = [start(tool, environment=variables(listing, 2, 0))]
+        expected = [(False, rf"the coordinator cannot listen on 127\.0\.0\.1:{port}: Address already in use")]
+    elif case == "unresolvable_host":
+        processes = [start(tool, environment=variables("no-such-host.invalid:1234", 2, 0))]
+        expected = [(False, r"the host 'no-such-host\.invalid' does not resolve")]
+    else:
+        print(f"unknown case {case}")
+        return 2
+    started = time.monotonic()
+    results = finish(processes, 30)
+    elapsed = time.monotonic() - started
+    if results is None:
+        print(f"FAIL: {case}: the processes still ran after 30 s (a hang)")
+        return 1
+    failures = []
+    for index, ((status, output), (must_succeed, pattern)) in enumerate(zip(results, expected)):
+        print(f"--- process {index} (status {status}):\n{output}")
+        if must_succeed != (status == 0):
+            failures.append(f"process {index} exited with status {status}")
+        if not re.search(pattern, output):
+            failures.append(f"process {index} lacks /{pattern}/")
+    print(f"{case}: the job ended after {elapsed:.2f} s")
+    for failure in failures:
+        print("FAIL:", failure)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
