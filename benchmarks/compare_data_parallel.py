@@ -1,4 +1,4 @@
-"""Data-parallel training step: keras-cpp (MPI) beside PyTorch DDP (gloo), in the same run.
+"""Data-parallel training step: keras-cpp (MPI or Gloo) beside PyTorch DDP (gloo), in the same run.
 
 Model MLP 784-1024-1024-10, Adam, global batch 128 split evenly over P processes, one thread
 per process. For each P it runs our data_parallel_step under mpirun and the same step in
@@ -6,7 +6,11 @@ PyTorch DDP (torch.multiprocessing, gloo backend, loopback only), alternating, a
 and samples/s of both, the ratio, and each side's exposed communication (step time with
 gradient sync minus the same processes without it).
 
+With --backend gloo our processes are started by hand (scripts/launch_local.sh) and run on
+Gloo, the engine DDP uses here too.
+
 Usage: compare_data_parallel.py [PATH/TO/data_parallel_step] [--processes 1,2,4] [--steps 30]
+                                [--backend mpi|gloo]
 """
 import argparse
 import json
@@ -17,11 +21,19 @@ import sys
 import time
 
 
-def run_ours(binary, processes, steps):
-    command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(processes),
-               "-x", "KERAS_NUM_THREADS=1", binary, "--steps", str(steps), "--json"]
-    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    line = [text for text in output.splitlines() if text.startswith("{")][-1]
+LAUNCH_LOCAL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "launch_local.sh")
+
+
+def run_ours(binary, processes, steps, backend="mpi"):
+    if backend == "gloo":
+        command = ["bash", LAUNCH_LOCAL, str(processes), binary, "--steps", str(steps), "--json"]
+    else:
+        command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(processes),
+                   "-x", "KERAS_NUM_THREADS=1", binary, "--steps", str(steps), "--json"]
+    environment = dict(os.environ, KERAS_NUM_THREADS="1")
+    output = subprocess.run(command, check=True, capture_output=True, text=True, env=environment).stdout
+    lines = [text.split("] ", 1)[-1] if text.startswith("[process") else text for text in output.splitlines()]
+    line = [text for text in lines if text.startswith("{")][-1]
     return json.loads(line)
 
 
@@ -87,6 +99,8 @@ def main():
     parser.add_argument("binary", nargs="?", default="./build/release/benchmarks/data_parallel_step")
     parser.add_argument("--processes", default="1,2,4")
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--backend", choices=["mpi", "gloo"], default="mpi",
+                        help="how our processes run: under mpirun (MPI) or started by hand (Gloo)")
     parser.add_argument("--openblas-coretype", metavar="NAME",
                         help="set OPENBLAS_CORETYPE (and OPENBLAS_NUM_THREADS=1) for PyTorch: "
                              "Debian's OpenBLAS 0.3.21 picks its generic Prescott kernels on some "
@@ -104,7 +118,7 @@ def main():
     rows = []
     port = 29500
     for processes in [int(text) for text in arguments.processes.split(",")]:
-        ours = run_ours(arguments.binary, processes, arguments.steps)
+        ours = run_ours(arguments.binary, processes, arguments.steps, arguments.backend)
         port += 1
         theirs = run_torch(processes, arguments.steps, port)
         rows.append((processes, ours, theirs))

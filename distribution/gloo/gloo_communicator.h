@@ -48,6 +48,8 @@ class GlooCommunicator : public Communicator {
   using Communicator::reduce_scatter;
 
   bool poisoned() const { return !failure_.empty(); }
+  // The Gloo context underneath, for benchmarks that compare against raw Gloo on it.
+  const std::shared_ptr<gloo::Context>& gloo_context() const { return context_; }
   // The last exchange of a process that is leaving (finalize()); see MpiCommunicator's.
   void check_all_ranks_leaving();
 
