@@ -214,6 +214,8 @@ TEST(Runtime, JobAddressesDevicesAndDistributeTensor) {
   EXPECT_EQ(parse_job_addresses("10.0.0.1:1234,10.0.0.2:2345", 2),
             (std::vector<std::string>{"10.0.0.1:1234", "10.0.0.2:2345"}));
   expect_throw_with<ValueError>([] { parse_job_addresses("a:1,b:2", 3); }, "lists 2 processes, but num_processes is 3");
+  // The coordinator's address alone is a valid job of any size (Keras counts only comma lists).
+  EXPECT_EQ(parse_job_addresses("127.0.0.1:1234", 2), (std::vector<std::string>{"127.0.0.1:1234"}));
   expect_throw_with<ValueError>([] { parse_job_addresses("a:1,b", std::nullopt); }, "host:port");
   expect_throw_with<ValueError>([] { parse_job_addresses("a:99999", std::nullopt); }, "host:port");
   EXPECT_EQ(list_devices("CPU"), (std::vector<std::string>{"cpu:0"}));
