@@ -8,6 +8,7 @@
 #include <gloo/math.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -21,9 +22,12 @@ namespace {
 namespace kd = keras::distribution;
 
 std::int64_t parse_size(const std::string& text) {
-  std::size_t used = 0;
-  std::int64_t value = std::stoll(text, &used);
-  std::string suffix = text.substr(used);
+  std::int64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end == text.data()) {
+    throw keras::ValueError("'" + text + "' is not a size (a positive integer, optionally with K, M or G)");
+  }
+  std::string suffix(end, text.data() + text.size());
   if (suffix == "K") value <<= 10;
   else if (suffix == "M") value <<= 20;
   else if (suffix == "G") value <<= 30;
@@ -42,8 +46,10 @@ double median(std::vector<double> values) {
 int main(int argc, char** argv) {
   try {
     std::int64_t minimum = 1 << 10, maximum = 64 << 20, factor = 4, iterations = 20, rounds = 5;
-    for (int i = 1; i + 1 < argc; i += 2) {
-      std::string flag = argv[i], value = argv[i + 1];
+    for (int i = 1; i < argc; i += 2) {
+      std::string flag = argv[i];
+      if (i + 1 >= argc) throw keras::ValueError(flag + " needs a value");
+      std::string value = argv[i + 1];
       if (flag == "-b") minimum = parse_size(value);
       else if (flag == "-e") maximum = parse_size(value);
       else if (flag == "-f") factor = parse_size(value);

@@ -29,7 +29,7 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options options;
-  for (int i = 1; i + 1 < argc || i < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     std::string flag = argv[i];
     if (i + 1 >= argc) throw keras::ValueError(keras::str(flag, " needs a value"));
     std::string text = argv[i + 1];

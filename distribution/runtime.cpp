@@ -111,13 +111,24 @@ std::chrono::milliseconds init_timeout() {
   return std::chrono::seconds(120);
 }
 
+// KERAS_DISTRIBUTION_INTERFACE, checked: the host name or address this process listens on.
+std::optional<std::string> interface_override() {
+  std::optional<std::string> interface = environment::get("KERAS_DISTRIBUTION_INTERFACE");
+  if (interface && (interface->empty() || interface->find_first_of(" ,:/") != std::string::npos)) {
+    throw ValueError(str("KERAS_DISTRIBUTION_INTERFACE=", quote_input(*interface), " is not a host name or "
+                         "IPv4 address of this machine (the address this process listens on)"));
+  }
+  return interface;
+}
+
 std::string own_host(const std::vector<std::string>& addresses, int process_id) {
-  if (auto interface = environment::get("KERAS_DISTRIBUTION_INTERFACE")) return *interface;
+  if (std::optional<std::string> interface = interface_override()) return *interface;
   if (addresses.size() > 1) return split_host_port(addresses[static_cast<std::size_t>(process_id)]).first;
   // The coordinator's address alone: a job on one machine (loopback coordinator) listens on
   // loopback; otherwise on this machine's name, which its peers resolve.
-  std::string coordinator_host = split_host_port(addresses[0]).first;
-  if (coordinator_host.rfind("127.", 0) == 0 || coordinator_host == "localhost") return coordinator_host;
+  std::pair<std::string, int> coordinator_address = split_host_port(addresses[0]);
+  const std::string& host = coordinator_address.first;
+  if (host.rfind("127.", 0) == 0 || host.compare("localhost") == 0) return host;
   char name[256] = {};
   gethostname(name, sizeof name - 1);
   return name;
@@ -125,6 +136,7 @@ std::string own_host(const std::vector<std::string>& addresses, int process_id) 
 
 std::shared_ptr<Communicator> join_by_rendezvous(const std::vector<std::string>& addresses,
                                                  int processes, int process_id) {
+  interface_override();  // a bad KERAS_DISTRIBUTION_INTERFACE is refused before joining
   auto [host, port] = split_host_port(addresses[0]);
   std::chrono::milliseconds timeout = init_timeout();
   auto deadline = std::chrono::steady_clock::now() + timeout;

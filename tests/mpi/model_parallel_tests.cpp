@@ -340,7 +340,7 @@ TEST(ModelParallelErrors, EachBadLayoutGetsItsMessage) {
   expect_throw_with<ValueError>(
       [&] { build_with([](kd::LayoutMap& map) { map[".*hidden/kernel"] = {"model", "model"}; },
                        model_axis(size())); },
-      "model");
+      "uses mesh axis 'model' twice");
   expect_throw_with<ValueError>(
       [&] { build_with([](kd::LayoutMap& map) { map[".*hidden/kernel"] = {std::nullopt, "model", std::nullopt}; },
                        model_axis(size())); },
