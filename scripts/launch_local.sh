@@ -16,10 +16,9 @@ shift
 if [ -n "${KERAS_LAUNCH_PORT:-}" ]; then
   port=$KERAS_LAUNCH_PORT
 else
-  # A port the kernel says is free now, with room for N consecutive ones after it.
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-         echo $((20000 + RANDOM % 30000)))
-  [ "$port" -gt $((65535 - count)) ] && port=$((20000 + RANDOM % 30000))
+  # Below the kernel's ephemeral range, so no outgoing connection can take it before the
+  # coordinator binds it (scripts/pick_port.py says why).
+  port=$(python3 "$(dirname "$0")/pick_port.py" "$count" 2>/dev/null || echo $((20000 + RANDOM % 10000)))
 fi
 addresses=""
 for ((i = 0; i < count; i++)); do

@@ -11,6 +11,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from pick_port import pick_port  # noqa: E402  (below the ephemeral range; it says why)
+
 LIMIT_SECONDS = 10.0
 
 # scenario: (collective timeout in s, exit status must be zero, patterns that must appear)
@@ -48,7 +51,7 @@ EXPECTED_GLOO = {
 
 def run_by_hand(tool, scenario, environment):
     """Starts the 2 processes as a user would in two shells; returns (status, output)."""
-    port = 20000 + os.getpid() % 20000
+    port = pick_port(2)
     addresses = f"127.0.0.1:{port},127.0.0.2:{port + 1}"
     processes = []
     for process_id in range(2):

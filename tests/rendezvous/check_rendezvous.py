@@ -10,11 +10,8 @@ import subprocess
 import sys
 import time
 
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from pick_port import pick_port  # noqa: E402  (below the ephemeral range; it says why)
 
 
 def start(tool, arguments=(), environment=None):
@@ -45,7 +42,7 @@ def variables(addresses, processes, process_id):
 
 def main():
     tool, case = sys.argv[1:3]
-    port = free_port()
+    port = pick_port(2)
     listing = f"127.0.0.1:{port},127.0.0.2:{port + 1}"
     # case: (processes, seconds allowed, [(status zero?, pattern) per process])
     if case == "explicit_arguments":
