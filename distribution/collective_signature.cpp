@@ -23,6 +23,7 @@ std::string describe_collective(std::int64_t code, std::int64_t dtype_code, std:
                : "unknown";
   };
   switch (kind) {
+    case CollectiveKind::none: return "nothing yet (it has not reached this collective)";
     case CollectiveKind::all_reduce: return str("all_reduce (", reduction(), ") of ", elements);
     case CollectiveKind::all_gather: return str("all_gather of ", elements, " per rank");
     case CollectiveKind::reduce_scatter:

@@ -10,8 +10,9 @@
 
 namespace keras::distribution {
 
+// `none` stands for a rank whose signature has not arrived.
 enum class CollectiveKind : std::int64_t {
-  all_reduce = 1, all_gather, reduce_scatter, broadcast, barrier, split, leaving
+  none = 0, all_reduce = 1, all_gather, reduce_scatter, broadcast, barrier, split, leaving
 };
 std::int64_t collective_code(CollectiveKind kind, std::int64_t detail = 0);
 

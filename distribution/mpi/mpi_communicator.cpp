@@ -1,9 +1,11 @@
-// MPI collectives with deadlines, signature checks, poisoning after failure and a watchdog on
-// the blocking phase.
+// MPI collectives with deadlines, signature checks on a side channel, poisoning after failure
+// and a watchdog on the blocking phase.
 #include "distribution/mpi/mpi_communicator.h"
 
 #include "distribution/collective_signature.h"
 
+#include <algorithm>
+#include <cstring>
 #include <limits>
 #include <thread>
 
@@ -64,6 +66,11 @@ MpiCommunicator::MpiCommunicator(MPI_Comm communicator, std::string name, bool o
   MPI_Comm_set_errhandler(communicator_, MPI_ERRORS_RETURN);
   MPI_Comm_size(communicator_, &size_);
   MPI_Comm_rank(communicator_, &rank_);
+  if (size_ > 1 && size_ <= kSideChannelRanks) {
+    // Collective, like the constructor's callers (initialize() and split()).
+    MPI_Comm_dup(communicator_, &side_channel_);
+    MPI_Comm_set_errhandler(side_channel_, MPI_ERRORS_RETURN);
+  }
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -75,7 +82,9 @@ MpiCommunicator::~MpiCommunicator() {
   }
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (owned_ && !finalized) MPI_Comm_free(&communicator_);
+  if (finalized) return;
+  if (side_channel_ != MPI_COMM_NULL) MPI_Comm_free(&side_channel_);
+  if (owned_) MPI_Comm_free(&communicator_);
 }
 
 void MpiCommunicator::fail(const std::string& message, bool exchange_abandoned) {
@@ -143,7 +152,12 @@ std::string MpiCommunicator::describe_every_rank(std::int64_t code, DType dtype,
 void MpiCommunicator::check_signature(std::int64_t code, DType dtype, std::int64_t count,
                                       const char* what) {
   check_usable(what);
-  if (!signature_checks_ || size_ == 1) return;
+  if (!signatures_needed()) return;
+  if (side_channel_ != MPI_COMM_NULL) {
+    post_signature(code, dtype, count, what);
+    await_signatures(what);
+    return;
+  }
   std::int64_t* signature = buffers_->signature;
   const std::int64_t mine[3] = {code, static_cast<std::int64_t>(dtype), count};
   for (int k = 0; k < 3; ++k) {
@@ -161,6 +175,89 @@ void MpiCommunicator::check_signature(std::int64_t code, DType dtype, std::int64
   fail(str(what, " over ", name_, ": the ranks disagree on the collective: ", ranks,
            ". Every rank must issue the same collectives in the same order."),
        /*exchange_abandoned=*/false);
+}
+
+void MpiCommunicator::post_signature(std::int64_t code, DType dtype, std::int64_t count,
+                                     const char* what) {
+  ExchangeBuffers& buffers = *buffers_;
+  buffers.mine[0] = code;
+  buffers.mine[1] = static_cast<std::int64_t>(dtype);
+  buffers.mine[2] = count;
+  buffers.every_signature.assign(static_cast<std::size_t>(size_) * 3, 0);
+  std::memcpy(&buffers.every_signature[static_cast<std::size_t>(rank_) * 3], buffers.mine, sizeof buffers.mine);
+  buffers.receives.assign(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
+  buffers.sends.assign(static_cast<std::size_t>(size_ - 1), MPI_REQUEST_NULL);
+  // Messages between two ranks on one communicator and tag arrive in order (MPI's
+  // non-overtaking rule), so the k-th signature received from a peer is its k-th collective.
+  for (int peer = 0, sent = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    check(MPI_Irecv(&buffers.every_signature[static_cast<std::size_t>(peer) * 3], 3, MPI_INT64_T, peer, 0,
+                    side_channel_, &buffers.receives[static_cast<std::size_t>(peer)]),
+          what);
+    check(MPI_Isend(buffers.mine, 3, MPI_INT64_T, peer, 0, side_channel_,
+                    &buffers.sends[static_cast<std::size_t>(sent++)]),
+          what);
+  }
+}
+
+void MpiCommunicator::fail_disagreement(const char* what, bool exchange_abandoned) {
+  fail(str(what, " over ", name_, ": the ranks disagree on the collective: ",
+           describe_signatures(buffers_->every_signature, size_),
+           ". Every rank must issue the same collectives in the same order."),
+       exchange_abandoned);
+}
+
+void MpiCommunicator::await_signatures(const char* what) {
+  ExchangeBuffers& buffers = *buffers_;
+  auto deadline = std::chrono::steady_clock::now() + timeout_;
+  auto signature_of = [&](int peer) { return &buffers.every_signature[static_cast<std::size_t>(peer) * 3]; };
+  int missing = size_ - 1;
+  bool disagree = false;
+  std::chrono::steady_clock::time_point give_up = deadline;
+  // Poll without sleeping, as wait() does, yielding after the first spins for oversubscribed
+  // ranks.
+  for (int spins = 0;; ++spins) {
+    for (int peer = 0; peer < size_ && missing > 0; ++peer) {
+      MPI_Request& request = buffers.receives[static_cast<std::size_t>(peer)];
+      if (request == MPI_REQUEST_NULL) continue;
+      int arrived = 0;
+      check(MPI_Test(&request, &arrived, MPI_STATUS_IGNORE), what);
+      if (!arrived) continue;
+      --missing;
+      if (std::memcmp(signature_of(peer), buffers.mine, sizeof buffers.mine) != 0 && !disagree) {
+        disagree = true;
+        // Wait a moment longer for the others, so the message says what every rank issued.
+        give_up = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1));
+      }
+    }
+    // Sends may still be pending towards ranks that have not arrived: the exchange is abandoned.
+    if (disagree && missing == 0) fail_disagreement(what, /*exchange_abandoned=*/true);
+    if (missing == 0) {
+      int sent = 0;
+      // The sends are small and eager; they complete once their peers' receives did.
+      check(MPI_Testall(static_cast<int>(buffers.sends.size()), buffers.sends.data(), &sent,
+                        MPI_STATUSES_IGNORE),
+            what);
+      if (sent) return;
+    }
+    if (spins > 1000) std::this_thread::yield();
+    if (std::chrono::steady_clock::now() > give_up) {
+      if (disagree) fail_disagreement(what, /*exchange_abandoned=*/true);
+      std::string absent;
+      for (int peer = 0; peer < size_; ++peer) {
+        if (buffers.receives[static_cast<std::size_t>(peer)] != MPI_REQUEST_NULL) {
+          absent += str(absent.empty() ? "" : ", ", peer);
+        }
+      }
+      fail(str(what, " over ", name_, " (", size_, " processes) did not complete within ",
+               static_cast<double>(timeout_.count()) / 1000.0, " s on rank ", rank_, ": ",
+               absent.empty() ? str("its signature messages to the other ranks were never received")
+                              : str("rank(s) ", absent, " have not joined it (failed, stopped, or issued ",
+                                    "collectives in a different order)"),
+               ". Set KERAS_COLLECTIVE_TIMEOUT_SECONDS to wait longer."),
+           /*exchange_abandoned=*/true);
+    }
+  }
 }
 
 void MpiCommunicator::all_reduce(void* data, std::int64_t count, DType dtype,

@@ -32,6 +32,14 @@ EXPECTED = {
     "mismatch": (60, False, [r"rank 0 issued all_reduce \(sum\) of 4 float64 elements; "
                              r"rank 1 issued all_reduce \(max\) of 8 float32 elements",
                              r"ends the whole job \(MPI_Abort\)"]),
+    "mismatch_small_large": (60, False, [r"rank 0 issued all_reduce \(sum\) of 4 float32 elements; "
+                                         r"rank 1 issued all_reduce \(sum\) of 262144 float32 elements",
+                                         r"rank 0: caught in main: all_reduce over world: the ranks disagree",
+                                         r"rank 1: caught in main: all_reduce over world: the ranks disagree"]),
+    "mismatch_barrier_broadcast": (60, False, [r"rank 0 issued barrier; rank 1 issued broadcast from "
+                                               r"rank 0 of 3 int64 elements",
+                                               r"rank 0: caught in main: barrier over world: the ranks disagree",
+                                               r"rank 1: caught in main: broadcast over world: the ranks disagree"]),
 }
 
 # The same faults on Gloo: the messages that differ are how the job ends (no MPI_Abort: a

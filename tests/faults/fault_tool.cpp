@@ -12,6 +12,9 @@
 //                 rank 0 checks that the poisoned communicator refuses at once, and returns
 //   early_return  [0] returns from main after a first fit while rank 1 starts another
 //   mismatch      ranks issue different collectives (count and dtype): both must be told
+//   mismatch_small_large  [1] a 1 MiB all_reduce (waits for the signatures, then blocks) where
+//                 rank 0 issues a 16-byte one (in flight beside its signature): both told
+//   mismatch_barrier_broadcast  [0] a barrier where rank 1 broadcasts 3 int64: both told
 //   blocked       [1] turns signature checks off and enters a blocking all_reduce that rank 0
 //                 joins only after 40 s: the watchdog must end rank 1 (timeout 1 s, so after
 //                 blocking_call_limit = 11 s; fault_at is when that limit passes)
@@ -129,6 +132,19 @@ int run(const std::string& scenario) {
     } else {
       std::vector<float> other(8, 1.0f);
       kd::world().all_reduce(other.data(), 8, keras::float32, kd::ReduceOperation::max);
+    }
+  } else if (scenario == "mismatch_small_large") {
+    std::vector<float> data(kd::process_id() == 0 ? 4 : 1 << 18, 1.0f);
+    if (kd::process_id() == 1) mark_fault("ranks issue a small and a large all_reduce");
+    kd::world().all_reduce(data.data(), static_cast<std::int64_t>(data.size()), keras::float32,
+                           kd::ReduceOperation::sum);
+  } else if (scenario == "mismatch_barrier_broadcast") {
+    if (kd::process_id() == 0) {
+      mark_fault("a barrier against a broadcast");
+      kd::world().barrier();
+    } else {
+      std::vector<std::int64_t> data(3, 7);
+      kd::world().broadcast(data.data(), 3, keras::int64, 0);
     }
   } else if (scenario == "blocked") {
     std::vector<float> data(4, 1.0f);
