@@ -200,7 +200,7 @@ def ensure_venv(path):
     check = [python, "-c", "import keras, jax; print(keras.__version__, jax.__version__)"]
     wanted = " ".join(requirement.split("==")[1] for requirement in PINNED[:2])
     if os.access(python, os.X_OK):
-        found = subprocess.run(check, capture_output=True, text=True)
+        found = subprocess.run(check, capture_output=True, text=True, env=jax_environment(1))
         if found.returncode == 0 and found.stdout.strip() == wanted:
             return python
     print(f"installing {' '.join(PINNED)} into {path} (first use only) ...", flush=True)
@@ -245,7 +245,7 @@ def measure_jax(python, worker, threads, steps):
 def measure_our_step(build, threads):
     binary = os.path.join(build, "benchmarks", "training_step_benchmark")
     command = [binary, "--benchmark_format=json", f"--benchmark_filter=BM_TrainingStep/batch:{BATCH_SIZE}/",
-               "--benchmark_min_time=1.0s", "--benchmark_repetitions=3",
+               "--benchmark_min_time=1.0", "--benchmark_repetitions=3",
                "--benchmark_report_aggregates_only=true"]
     result = subprocess.run(pinned(cores_for(threads), command),
                             env=dict(os.environ, KERAS_NUM_THREADS=str(threads)),

@@ -1,6 +1,7 @@
 // CPU element-wise kernels: fill, cast, unary ops and their fused gradients, binary ops with
 // broadcasting, where.
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <numbers>
 #include <type_traits>
@@ -32,11 +33,50 @@ const T* pointer(const Tensor& x) {
   return static_cast<const T*>(x.raw_data());
 }
 
+// The loops take __restrict pointers in plain functions: captured by a lambda the pointers
+// lost that promise and GCC kept them scalar (the relu gradient took 2.7% of an MLP training
+// step, measured with perf). Callers check that the buffers differ; an in-place call takes
+// the loop without the promise.
+template <typename In, typename Out, typename Fn>
+void map_range(const In* __restrict x, Out* __restrict out, std::int64_t begin, std::int64_t end,
+               Fn fn) {
+  for (std::int64_t i = begin; i < end; ++i) out[i] = fn(x[i]);
+}
+template <typename In, typename Out, typename Fn>
+void map_range_in_place(const In* x, Out* out, std::int64_t begin, std::int64_t end, Fn fn) {
+  for (std::int64_t i = begin; i < end; ++i) out[i] = fn(x[i]);
+}
+
+template <typename T, typename Fn>
+void gradient_range(const T* __restrict x, const T* __restrict gradient, T* __restrict result,
+                    std::int64_t begin, std::int64_t end, Fn derivative) {
+  for (std::int64_t i = begin; i < end; ++i) result[i] = gradient[i] * derivative(x[i]);
+}
+template <typename T, typename Fn>
+void gradient_range_in_place(const T* x, const T* gradient, T* result, std::int64_t begin,
+                             std::int64_t end, Fn derivative) {
+  for (std::int64_t i = begin; i < end; ++i) result[i] = gradient[i] * derivative(x[i]);
+}
+
+// Whether the `count` elements from a and from b share memory.
+template <typename A, typename B>
+bool overlap(const A* a, const B* b, std::int64_t count) {
+  auto a_begin = reinterpret_cast<std::uintptr_t>(a), b_begin = reinterpret_cast<std::uintptr_t>(b);
+  auto a_end = a_begin + static_cast<std::uintptr_t>(count) * sizeof(A);
+  auto b_end = b_begin + static_cast<std::uintptr_t>(count) * sizeof(B);
+  return a_begin < b_end && b_begin < a_end;
+}
+
 // Runs out[i] = fn(x[i]) over contiguous data, in parallel for large tensors.
 template <typename In, typename Out, typename Fn>
 void map_contiguous(const In* x, Out* out, std::int64_t count, Fn fn) {
+  bool in_place = overlap(x, out, count);
   parallel_for(count, kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) out[i] = fn(x[i]);
+    if (in_place) {
+      map_range_in_place(x, out, begin, end, fn);
+    } else {
+      map_range(x, out, begin, end, fn);
+    }
   });
 }
 
@@ -123,15 +163,24 @@ void unary_gradient(UnaryOp op, const Tensor& x, const Tensor& output_gradient,
     const T* in = pointer<T>(x);
     const T* grad = pointer<T>(output_gradient);
     T* result = pointer<T>(input_gradient);
+    bool in_place = overlap(result, grad, x.size()) || overlap(result, in, x.size());
     auto run = [&](auto derivative) {
       parallel_for(x.size(), kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t i = begin; i < end; ++i) result[i] = grad[i] * derivative(in[i]);
+        if (in_place) {
+          gradient_range_in_place(in, grad, result, begin, end, derivative);
+        } else {
+          gradient_range(in, grad, result, begin, end, derivative);
+        }
       });
     };
     switch (op) {
       // NaN in, NaN out: a NaN must not vanish from the gradient either.
       case UnaryOp::relu:
-        run([](T v) { return scalar::is_nan(v) ? v : v > T{} ? T{1} : T{}; });
+        // Written as two selects, not nested branches, so that GCC vectorises it.
+        run([](T v) {
+          T step = v > T{} ? T{1} : T{};
+          return v != v ? v : step;
+        });
         break;
       case UnaryOp::tanh:
         run([](T v) {
