@@ -23,7 +23,8 @@ EXPECTED = {
     "caught_error": (60, False, [r"caught in main: an error of the user's own code on rank 0",
                                  r"rank 0 issued finalize|ranks? 0 issued finalize",
                                  r"ends the whole job \(MPI_Abort\)"]),
-    "stall": (3, False, [r"did not complete within 3 s",
+    "stall": (3, False, [r"did not complete within 3 s on rank 0: (rank\(s\) 1 have not joined it|"
+                         r"another rank has not joined it)",
                          r"poisoned, refused in 0\.0\d+ s: barrier over world refused",
                          r"ends the whole job \(MPI_Abort\)"]),
     "early_return": (60, False, [r"rank 0 issued finalize",
