@@ -5,6 +5,7 @@
 #include <set>
 
 #include "engine/backend.h"
+#include "engine/cpu/kernels.h"
 #include "engine/gpu_runtime.h"
 #include "tests/test_helpers.h"
 
@@ -129,6 +130,41 @@ TEST(Autograd, LeafOrderDependsOnTheGraphNotOnAddresses) {
   std::vector<std::string> expected;
   for (int i = 0; i < 12; ++i) expected.push_back(str("w", i));
   EXPECT_EQ(first, expected);
+}
+
+// Every combination of transposition flags (the backward pass uses all of them), on batched,
+// odd and wide shapes, against a float64 reference.
+TEST(Matmul, TransposedProductsMatchAFloat64Reference) {
+  struct Case { std::int64_t batch, m, n, k; };
+  for (Case shape : {Case{1, 4, 256, 1024}, Case{2, 3, 64, 1030}, Case{1, 130, 256, 1024}, Case{1, 5, 7, 9}}) {
+    for (int flags = 0; flags < 4; ++flags) {
+      bool transpose_a = flags & 1, transpose_b = flags & 2;
+      auto [batch, m, n, k] = shape;
+      Shape a_shape = transpose_a ? Shape{batch, k, m} : Shape{batch, m, k};
+      Shape b_shape = transpose_b ? Shape{batch, n, k} : Shape{batch, k, n};
+      Tensor a = ops::random({RandomDistribution::uniform, -1, 1, 3}, a_shape);
+      Tensor b = ops::random({RandomDistribution::uniform, -1, 1, 4}, b_shape);
+      Tensor out = Tensor::empty({batch, m, n});
+      cpu::matmul(a, b, transpose_a, transpose_b, out);
+      std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>(), got = out.to_vector<float>();
+      double worst = 0;
+      for (std::int64_t p = 0; p < batch; ++p) {
+        for (std::int64_t i = 0; i < m; ++i) {
+          for (std::int64_t j = 0; j < n; ++j) {
+            double sum = 0;
+            for (std::int64_t r = 0; r < k; ++r) {
+              double x = av[static_cast<std::size_t>(p * m * k + (transpose_a ? r * m + i : i * k + r))];
+              double y = bv[static_cast<std::size_t>(p * k * n + (transpose_b ? j * k + r : r * n + j))];
+              sum += x * y;
+            }
+            worst = std::max(worst, std::abs(sum - got[static_cast<std::size_t>((p * m + i) * n + j)]));
+          }
+        }
+      }
+      EXPECT_LT(worst, 1e-3) << "batch " << batch << " m " << m << " n " << n << " k " << k
+                             << " transpose_a " << transpose_a << " transpose_b " << transpose_b;
+    }
+  }
 }
 
 TEST(Ops, BadInputsGiveClearErrors) {
