@@ -162,13 +162,14 @@ std::shared_ptr<Communicator> join_by_rendezvous(const std::vector<std::string>&
     throw;
   }
   auto text = [](const std::string& value) { return std::vector<char>(value.begin(), value.end()); };
-  if (store->add(str("join/claimed/", process_id), 1) > 1) {
+  // A process that found this port held by a keras coordinator while holding id 0 itself is a
+  // second id 0 whichever of the two claims first.
+  if (store->add(str("join/claimed/", process_id), 1) > 1 || !port_taken.empty()) {
     std::string message = str("process_id ", process_id, " was claimed by two processes of the job at ",
                               store->address(), "; each process needs its own id in [0, ", processes, ")");
     store->set("join/error", text(message));
     throw ValueError(message);
   }
-  if (!port_taken.empty()) throw Error(port_taken);  // a keras coordinator, but not of this id's job
   store->set(str("join/num_processes/", process_id), text(std::to_string(processes)));
   // A job error found by this process: published so the others stop waiting, then (on the
   // coordinator, whose store ends with it) a pause long enough for them to read it.
