@@ -1,5 +1,8 @@
 // Throughput of keras::ops::matmul in float32 on CPU, in GFLOP/s, for the three forward
-// products of an MLP 784-1024-1024-10 at batch 128 and for square matrices of 256, 512 and 1024.
+// products of an MLP 784-1024-1024-10 at batch 128 and for square matrices of 256, 512 and 1024;
+// and BM_TrainingStepProducts: the eight products of one training step of that MLP (forward,
+// input gradients, kernel gradients, with the backward pass's transpositions) back to back,
+// the GEMM share of training_step_benchmark.
 // The MLP shapes are the ones training_step_benchmark spends most of its time in; the square ones
 // show what the kernel reaches when no dimension is small.
 //   matmul_benchmark [Google Benchmark flags]; KERAS_NUM_THREADS sets the engine's threads.
@@ -7,7 +10,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "engine/cpu/kernels.h"
 #include "keras.h"
 
 namespace {
@@ -53,5 +58,31 @@ BENCHMARK(BM_Matmul)
     ->Args({1024, 1024, 1024})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+
+// The products as the backward pass issues them: (m, n, k, transpose_a, transpose_b).
+void BM_TrainingStepProducts(benchmark::State& state) {
+  struct Product { std::int64_t m, n, k; bool transpose_a, transpose_b; };
+  const Product products[] = {
+      {128, 1024, 784, false, false},  {128, 1024, 1024, false, false}, {128, 10, 1024, false, false},
+      {128, 1024, 10, false, true},    {128, 1024, 1024, false, true},  {1024, 10, 128, true, false},
+      {1024, 1024, 128, true, false},  {784, 1024, 128, true, false}};
+  std::vector<keras::Tensor> left, right, out;
+  double flops = 0;
+  for (const Product& p : products) {
+    left.push_back(random_matrix(p.transpose_a ? p.k : p.m, p.transpose_a ? p.m : p.k, 1));
+    right.push_back(random_matrix(p.transpose_b ? p.n : p.k, p.transpose_b ? p.k : p.n, 2));
+    out.push_back(keras::Tensor::empty({p.m, p.n}));
+    flops += 2.0 * static_cast<double>(p.m * p.n * p.k);
+  }
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      keras::cpu::matmul(left[i], right[i], products[i].transpose_a, products[i].transpose_b, out[i]);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel("threads=" + std::to_string(keras::num_threads()));
+}
+BENCHMARK(BM_TrainingStepProducts)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
