@@ -96,6 +96,7 @@ Storage::Storage(std::size_t bytes, Device device) : bytes_(bytes), device_(devi
       found->second.pop_back();
       pool.stats.cached_bytes -= capacity_;
       pool.stats.in_use_bytes += capacity_;
+      pool.stats.cached_allocations += 1;
       return;
     }
   }

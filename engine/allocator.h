@@ -37,6 +37,7 @@ struct AllocatorStats {
   std::size_t cached_bytes = 0;    // held in free lists
   std::size_t in_use_bytes = 0;    // owned by live tensors
   std::size_t fresh_allocations = 0;  // blocks that had to come from the system
+  std::size_t cached_allocations = 0;  // blocks handed out again from the free lists
 };
 AllocatorStats allocator_stats(Device device);
 // Gives every cached block back to the system.
