@@ -291,6 +291,16 @@ def measure_keras_data_parallel(python, processes, steps):
     return {"ms_per_step": max(result["ms_per_step"] for result in results), **results[0]}
 
 
+def print_markdown(header, rows):
+    """A table as README.md holds them."""
+    print()
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print()
+
+
 def median(values):
     return statistics.median(values)
 
@@ -313,12 +323,10 @@ def compare_step(arguments, python):
             print(f"  step, {threads} thread(s), round {round_index + 1}: ours {ours[-1]:.2f} ms, "
                   f"jax.jit {jit[-1]:.2f} ms, Keras fit {fit[-1]:.2f} ms", flush=True)
         rows.append((threads, median(ours), median(jit), median(fit)))
-    print()
-    print("| threads | keras-cpp ms/step | jax.jit ms/step | Keras fit (JAX) ms/step | ours / jax.jit | ours / Keras fit |")
-    print("|---|---|---|---|---|---|")
-    for threads, ours, jit, fit in rows:
-        print(f"| {threads} | {ours:.2f} | {jit:.2f} | {fit:.2f} | {ours / jit:.2f} | {ours / fit:.2f} |")
-    print()
+    print_markdown(["threads", "keras-cpp ms/step", "jax.jit ms/step", "Keras fit (JAX) ms/step",
+                    "ours / jax.jit", "ours / Keras fit"],
+                   [[f"{threads}", f"{ours:.2f}", f"{jit:.2f}", f"{fit:.2f}", f"{ours / jit:.2f}",
+                     f"{ours / fit:.2f}"] for threads, ours, jit, fit in rows])
 
 
 def compare_data_parallel(arguments, python):
@@ -338,13 +346,11 @@ def compare_data_parallel(arguments, python):
                   f"{ours[-1]:.2f} ms ({unsynchronised[-1]:.2f} unsynchronised), Keras DataParallel "
                   f"{keras_times[-1]:.2f} ms", flush=True)
         rows.append((processes, median(ours), median(unsynchronised), median(keras_times)))
-    print()
-    print("| processes | keras-cpp ms/step | unsynchronised ms/step | exposed comm | ours / unsynchronised | Keras DataParallel (JAX) ms/step | Keras / ours |")
-    print("|---|---|---|---|---|---|---|")
-    for processes, ours, alone, keras_ms in rows:
-        print(f"| {processes} | {ours:.2f} | {alone:.2f} | {100 * (ours - alone) / ours:.0f}% | "
-              f"{ours / alone:.2f} | {keras_ms:.2f} | {keras_ms / ours:.2f}x |")
-    print()
+    print_markdown(["processes", "keras-cpp ms/step", "unsynchronised ms/step", "exposed comm",
+                    "ours / unsynchronised", "Keras DataParallel (JAX) ms/step", "Keras / ours"],
+                   [[f"{processes}", f"{ours:.2f}", f"{alone:.2f}", f"{100 * (ours - alone) / ours:.0f}%",
+                     f"{ours / alone:.2f}", f"{keras_ms:.2f}", f"{keras_ms / ours:.2f}x"]
+                    for processes, ours, alone, keras_ms in rows])
 
 
 def main():
