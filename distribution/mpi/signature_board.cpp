@@ -1,6 +1,7 @@
 // The shared-memory signature board (see the header).
 #include "distribution/mpi/signature_board.h"
 
+#include <cstdint>
 #include <new>
 
 #include "engine/errors.h"
@@ -16,20 +17,26 @@ SignatureBoard::SignatureBoard(MPI_Comm communicator) {
   // Each rank's segment on its own pages: no two ranks' lines share a cache line.
   MPI_Info_set(info, "alloc_shared_noncontig", "true");
   void* base = nullptr;
-  int status = MPI_Win_allocate_shared(static_cast<MPI_Aint>(sizeof(Line)), 1, info, communicator, &base,
-                                       &window_);
+  // Room to round each segment's start up to a cache line: MPI aligns it less (UBSan saw a
+  // segment at ...108).
+  int status = MPI_Win_allocate_shared(static_cast<MPI_Aint>(sizeof(Line) + alignof(Line)), 1, info,
+                                       communicator, &base, &window_);
   MPI_Info_free(&info);
   if (status != MPI_SUCCESS) {
     throw Error(str("MPI_Win_allocate_shared failed (status ", status, ") for the signature board"));
   }
-  new (base) Line();
+  auto aligned = [](void* segment) {
+    auto address = reinterpret_cast<std::uintptr_t>(segment);
+    return reinterpret_cast<Line*>((address + alignof(Line) - 1) / alignof(Line) * alignof(Line));
+  };
+  new (aligned(base)) Line();
   lines_.resize(static_cast<std::size_t>(size), nullptr);
   for (int peer = 0; peer < size; ++peer) {
     MPI_Aint bytes = 0;
     int unit = 0;
     void* line = nullptr;
     MPI_Win_shared_query(window_, peer, &bytes, &unit, &line);
-    lines_[static_cast<std::size_t>(peer)] = static_cast<Line*>(line);
+    lines_[static_cast<std::size_t>(peer)] = aligned(line);
   }
   // Every line is constructed before anyone reads one.
   MPI_Barrier(communicator);
