@@ -63,8 +63,15 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int rounds = 15;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::string(argv[i]) == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
+  for (int i = 1; i < argc; i += 2) {
+    char* end = nullptr;
+    long value = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;
+    if (std::string(argv[i]) != "--rounds" || end == argv[i + 1] || *end != '\0' || value < 1 || value > 10000) {
+      if (rank == 0) std::fprintf(stderr, "usage: mpirun -np P overlap_probe [--rounds N]  (N from 1 to 10000)\n");
+      MPI_Finalize();
+      return 2;
+    }
+    rounds = static_cast<int>(value);
   }
   if (provided < MPI_THREAD_SERIALIZED) {
     if (rank == 0) std::fprintf(stderr, "overlap_probe: MPI gives thread level %d, needs SERIALIZED\n", provided);

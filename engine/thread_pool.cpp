@@ -127,8 +127,9 @@ class ThreadPool {
     }
   }
 
-  // Measured at 2 threads on the MLP step: long enough to bridge the gaps between the step's
-  // parallel regions (tens of microseconds), short enough that an idle pool sleeps at once.
+  // 200 us bridges the gaps between an MLP step's parallel regions (tens of microseconds) and
+  // lets an idle pool sleep almost at once; with it the 2-thread step went from 8.95 to 7.76 ms.
+  // Other values were not tried.
   static constexpr std::chrono::microseconds kWorkerSpin{200};
   static constexpr std::chrono::microseconds kCallerSpin{2000};
 

@@ -39,7 +39,10 @@ def pick_port(count=1):
 
 
 if __name__ == "__main__":
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    text = sys.argv[1] if len(sys.argv) > 1 else "1"
+    if not text.isdigit():
+        raise SystemExit(f"pick_port.py: COUNT must be a whole number in 1-1000, got '{text}'")
+    count = int(text)
     if count < 1 or count > 1000:
         raise SystemExit(f"pick_port.py: COUNT must be in 1-1000, got {count}")
     print(pick_port(count))

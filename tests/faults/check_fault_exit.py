@@ -14,6 +14,9 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from pick_port import pick_port  # noqa: E402  (below the ephemeral range; it says why)
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from process_helpers import wait_all  # noqa: E402
+
 LIMIT_SECONDS = 10.0
 
 # scenario: (collective timeout in s, exit status must be zero, patterns that must appear)
@@ -69,17 +72,11 @@ def run_by_hand(tool, scenario, environment):
                                    KERAS_DISTRIBUTION_PROCESS_ID=str(process_id))
         processes.append(subprocess.Popen([tool, scenario], env=process_environment,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    deadline = time.monotonic() + 120
-    outputs, statuses = [], []
-    for process in processes:
-        try:
-            output, _ = process.communicate(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for other in processes:
-                other.kill()
-            raise
-        outputs.append(output)
-        statuses.append(process.returncode)
+    results = wait_all(processes, 120)
+    if results is None:
+        raise subprocess.TimeoutExpired([tool, scenario], 120)
+    statuses = [status for status, _ in results]
+    outputs = [output for _, output in results]
     status = next((code for code in statuses if code != 0), 0)
     if status < 0:
         status = 128 - status

@@ -13,25 +13,14 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from pick_port import pick_port  # noqa: E402  (below the ephemeral range; it says why)
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from process_helpers import wait_all  # noqa: E402
+
 
 def start(tool, arguments=(), environment=None):
     env = dict(os.environ, KERAS_NUM_THREADS="1", **(environment or {}))
     return subprocess.Popen([tool, *arguments], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-
-
-def finish(processes, limit):
-    deadline = time.monotonic() + limit
-    results = []
-    for process in processes:
-        try:
-            output, _ = process.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for other in processes:
-                other.kill()
-            return None
-        results.append((process.returncode, output))
-    return results
 
 
 def variables(addresses, processes, process_id):
@@ -76,7 +65,7 @@ def main():
         print(f"unknown case {case}")
         return 2
     started = time.monotonic()
-    results = finish(processes, 30)
+    results = wait_all(processes, 30)
     elapsed = time.monotonic() - started
     if results is None:
         print(f"FAIL: {case}: the processes still ran after 30 s (a hang)")
