@@ -1,6 +1,7 @@
 // One include for users: the engine, the layers and the trainer, io.
 #pragma once
 #include "engine/errors.h"
+#include "engine/version.h"
 #include "engine/initializers.h"
 #include "engine/losses.h"
 #include "engine/ops.h"

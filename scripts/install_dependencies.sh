@@ -5,7 +5,7 @@
 # fuzz preset (scripts/run_fuzzers.sh). PCRE2 matches LayoutMap keys in Python re's dialect;
 # Gloo runs the collectives of processes started without mpirun.
 set -euo pipefail
-packages=(cmake g++ make libeigen3-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev
+packages=(cmake g++ make pkg-config libeigen3-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev
           libgtest-dev libbenchmark-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libpcre2-dev libgloo-dev
           clang-14 libclang-rt-14-dev libomp-14-dev)
 missing=()
