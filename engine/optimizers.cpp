@@ -61,6 +61,32 @@ std::size_t Optimizer::state_bytes() const {
   return total;
 }
 
+std::vector<Tensor> Optimizer::slots_of(const Tensor& variable) const {
+  auto found = slots_.find(variable.impl());
+  return found == slots_.end() ? std::vector<Tensor>{} : found->second;
+}
+
+void Optimizer::set_slots(const Tensor& variable, const std::vector<Tensor>& slots) {
+  std::vector<Tensor> copies;
+  for (const Tensor& slot : slots) {
+    if (slot.shape() != variable.shape() || slot.dtype() != variable.dtype()) {
+      throw ShapeError(str(name_, ": a state slot of shape ", shape_to_string(slot.shape()), " (",
+                           dtype_name(slot.dtype()), ") for variable '", variable.name(),
+                           "' of shape ", shape_to_string(variable.shape()), " (",
+                           dtype_name(variable.dtype()), "); expected the variable's"));
+    }
+    Tensor copy = Tensor::zeros(variable.shape(), variable.dtype(), variable.device());
+    copy.assign(slot.device() == variable.device() ? slot : slot.to(variable.device()));
+    copies.push_back(copy);
+  }
+  slots_[variable.impl()] = std::move(copies);
+}
+
+void Optimizer::set_iterations(std::int64_t value) {
+  if (value < 0) throw ValueError(str(name_, ": iterations must be >= 0, got ", value));
+  iterations_ = value;
+}
+
 Tensor& Optimizer::slot(const Tensor& variable, int index) {
   std::vector<Tensor>& slots = slots_[variable.impl()];
   while (static_cast<int>(slots.size()) <= index) {

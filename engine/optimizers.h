@@ -26,6 +26,14 @@ class Optimizer {
   // shape, so a sharded variable's moments are its local block's size).
   std::size_t state_bytes() const;
 
+  // The optimizer's state, for checkpoints that resume training (BackupAndRestore): the
+  // per-variable slots of `variable` (SGD: momentum; Adam: first and second moments; empty
+  // before its first update) and the step count the bias corrections use.
+  std::vector<Tensor> slots_of(const Tensor& variable) const;
+  // Replaces the slots of `variable`; each must have its shape and dtype.
+  void set_slots(const Tensor& variable, const std::vector<Tensor>& slots);
+  void set_iterations(std::int64_t value);
+
  protected:
   virtual void update(Tensor& variable, const Tensor& gradient) = 0;
   // Per-variable state (momentum, moments), created zero-filled on first use.

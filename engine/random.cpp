@@ -65,6 +65,8 @@ double random_element(const RandomSpec& spec, std::uint64_t index) {
 
 void set_random_seed(std::uint64_t seed) { global_seed_counter.store(seed); }
 
+std::uint64_t random_seed_state() { return global_seed_counter.load(); }
+
 std::uint64_t next_random_seed() {
   // SplitMix64 over a counter: consecutive calls give well-separated Philox keys.
   std::uint64_t value = global_seed_counter.fetch_add(0x9E3779B97F4A7C15ull);

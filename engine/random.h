@@ -32,5 +32,8 @@ double random_element(const RandomSpec& spec, std::uint64_t index);
 // set_random_seed makes a whole program reproducible (keras.utils.set_random_seed).
 void set_random_seed(std::uint64_t seed);
 std::uint64_t next_random_seed();
+// The generator's state, for checkpoints: set_random_seed(random_seed_state()) puts it back, so
+// the seeds drawn after a restore are those an uninterrupted run would have drawn.
+std::uint64_t random_seed_state();
 
 }  // namespace keras

@@ -21,6 +21,14 @@ Dropout::Dropout(double rate, std::optional<std::uint64_t> seed, const std::stri
   }
 }
 
+void Dropout::set_random_counters(const std::vector<std::uint64_t>& counters) {
+  if (counters.size() != 1) {
+    throw ValueError(str("Dropout '", path(), "' keeps 1 random counter (its call count), got ",
+                         counters.size()));
+  }
+  calls_ = counters[0];
+}
+
 Tensor Dropout::call(const Tensor& inputs, bool training) {
   if (!training || rate_ == 0.0) return inputs;
   // A fresh Philox key per call, derived from the layer seed: reproducible, never repeating.

@@ -43,7 +43,7 @@ bool EarlyStopping::improved(double value) const {
   return maximize_ ? value - options_.min_delta > best_ : value + options_.min_delta < best_;
 }
 
-void EarlyStopping::on_epoch_end(Model& model, int epoch, const Logs& logs) {
+void EarlyStopping::on_epoch_end(Model& model, int epoch, Logs& logs) {
   auto found = logs.find(options_.monitor);
   if (found == logs.end()) {
     std::string available;
@@ -115,7 +115,7 @@ std::string ModelCheckpoint::path_for_epoch(int epoch) const {
   return result;
 }
 
-void ModelCheckpoint::on_epoch_end(Model& model, int epoch, const Logs& logs) {
+void ModelCheckpoint::on_epoch_end(Model& model, int epoch, Logs& logs) {
   std::string path = path_for_epoch(epoch);
   if (options_.save_best_only) {
     auto found = logs.find(options_.monitor);

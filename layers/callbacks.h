@@ -20,7 +20,9 @@ class Callback {
   virtual void on_train_begin(Model&) {}
   virtual void on_train_end(Model&) {}
   virtual void on_epoch_begin(Model&, int /*epoch*/) {}
-  virtual void on_epoch_end(Model&, int /*epoch*/, const Logs& /*logs*/) {}
+  // `logs` may be added to, as in Keras (the learning-rate callbacks add "learning_rate");
+  // callbacks after this one and the History returned by fit() see the additions.
+  virtual void on_epoch_end(Model&, int /*epoch*/, Logs& /*logs*/) {}
   virtual void on_train_batch_end(Model&, std::int64_t /*batch*/, const Logs& /*logs*/) {}
 };
 using CallbackPtr = std::shared_ptr<Callback>;
@@ -43,7 +45,7 @@ class EarlyStopping : public Callback {
   EarlyStopping();
   explicit EarlyStopping(Options options);
   void on_train_begin(Model& model) override;
-  void on_epoch_end(Model& model, int epoch, const Logs& logs) override;
+  void on_epoch_end(Model& model, int epoch, Logs& logs) override;
   void on_train_end(Model& model) override;
   int stopped_epoch() const { return stopped_epoch_; }
   int best_epoch() const { return best_epoch_; }
@@ -72,7 +74,7 @@ class ModelCheckpoint : public Callback {
   };
   explicit ModelCheckpoint(std::string filepath);
   ModelCheckpoint(std::string filepath, Options options);
-  void on_epoch_end(Model& model, int epoch, const Logs& logs) override;
+  void on_epoch_end(Model& model, int epoch, Logs& logs) override;
   // The path for a 0-based epoch.
   std::string path_for_epoch(int epoch) const;
 

@@ -109,6 +109,13 @@ bool Variable::sharded() const {
 
 void Layer::build(const Shape&) {}
 
+void Layer::set_random_counters(const std::vector<std::uint64_t>& counters) {
+  if (!counters.empty()) {
+    throw ValueError(str("layer '", path(), "' draws no random numbers, but was given ",
+                         counters.size(), " random counter(s)"));
+  }
+}
+
 std::string Layer::path() const {
   return parent_path_.empty() ? name_ : parent_path_ + "/" + name_;
 }

@@ -50,6 +50,11 @@ class Layer {
   // blocks). Layers that do not get theirs in the data layout: correct, at the price of a
   // gather, never silently wrong. Models pass inputs through to their layers.
   virtual bool accepts_sharded_inputs() const { return false; }
+  // Counters of this layer's own random draws (Dropout's call count), for checkpoints that
+  // resume training with the randomness an uninterrupted run would have had. Empty for layers
+  // that draw nothing; setting counters on such a layer is an error.
+  virtual std::vector<std::uint64_t> random_counters() const { return {}; }
+  virtual void set_random_counters(const std::vector<std::uint64_t>& counters);
 
   const std::string& name() const { return name_; }
   // Path of this layer inside its model: "sequential/dense_1"; just the name at top level.

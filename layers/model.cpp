@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <optional>
 #include <random>
+#include <sstream>
 
 #include "engine/errors.h"
 #include "engine/ops.h"
@@ -13,6 +14,7 @@
 #include "distribution/redistribute.h"
 #include "distribution/runtime.h"
 #include "distribution/sharded_tensor.h"
+#include "layers/checkpoint_files.h"
 #include "layers/data_parallel_context.h"
 #include "layers/global_batch.h"
 #include "layers/model_summary.h"
@@ -57,14 +59,17 @@ std::vector<std::int64_t> permutation(std::int64_t count, bool shuffle, std::mt1
 
 // Keras' logs for the samples seen so far by all processes: each process's (sum, count) of the
 // loss and of every metric are added across the data-parallel group, then divided.
+// `totals_out`, when given, receives the global (sum, count) pairs themselves.
 Logs global_logs(const DataParallelContext& context, double loss_sum, double seen,
-                 const std::vector<metrics::MetricPtr>& metrics) {
+                 const std::vector<metrics::MetricPtr>& metrics,
+                 std::vector<double>* totals_out = nullptr) {
   std::vector<double> totals = {loss_sum, seen};
   for (const auto& metric : metrics) {
     totals.push_back(metric->sum());
     totals.push_back(metric->count());
   }
   context.sum(totals);
+  if (totals_out != nullptr) *totals_out = totals;
   Logs logs;
   logs["loss"] = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
   for (std::size_t m = 0; m < metrics.size(); ++m) {
@@ -81,6 +86,41 @@ Logs global_logs(const DataParallelContext& context, double loss_sum, double see
 Tensor to_data_layout(const Tensor& outputs) {
   auto context = distribution::ShardingContext::current();
   return context ? context->to_data_layout(outputs) : outputs;
+}
+
+std::string engine_state(const std::mt19937_64& engine) {
+  std::ostringstream text;
+  text << engine;
+  return text.str();
+}
+
+void set_engine_state(std::mt19937_64& engine, const std::string& state) {
+  std::istringstream text(state);
+  std::mt19937_64 restored;
+  text >> restored;
+  if (text.fail()) {
+    throw ValueError("fit: the resumed position's shuffle_state is not a state of the shuffling "
+                     "generator (std::mt19937_64)");
+  }
+  engine = restored;
+}
+
+void check_resumable(const TrainingPosition& position, int epochs, std::int64_t steps,
+                     std::size_t metric_count) {
+  if (position.epoch < 0 || position.epoch > epochs) {
+    throw ValueError(str("fit: cannot resume at epoch ", position.epoch, "; this run has ",
+                         epochs, " epochs"));
+  }
+  if (position.step < 0 || position.step > steps) {
+    throw ValueError(str("fit: cannot resume after batch ", position.step, " of an epoch of ",
+                         steps, " batches; was the backup made with another dataset or "
+                         "batch_size?"));
+  }
+  if (position.step > 0 && position.totals.size() != 2 + 2 * metric_count) {
+    throw ValueError(str("fit: the resumed position holds ", position.totals.size(),
+                         " totals; a model compiled with ", metric_count, " metric(s) needs ",
+                         2 + 2 * metric_count));
+  }
 }
 
 }  // namespace
@@ -227,8 +267,24 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
   std::mt19937_64 shuffle_engine(next_random_seed());
   History history;
   stop_training = false;
+  resume_from_.reset();
+  position_ = {0, 0, engine_state(shuffle_engine), {}};
   for (const CallbackPtr& callback : options.callbacks) callback->on_train_begin(*this);
-  for (int epoch = 0; epoch < options.epochs && !stop_training; ++epoch) {
+  int first_epoch = 0;
+  std::int64_t first_step = 0;
+  std::vector<double> resumed_totals;
+  if (resume_from_) {
+    TrainingPosition resumed = std::move(*resume_from_);
+    resume_from_.reset();
+    check_resumable(resumed, options.epochs, steps, metric_names_.size());
+    set_engine_state(shuffle_engine, resumed.shuffle_state);
+    first_epoch = resumed.epoch;
+    first_step = resumed.step;
+    resumed_totals = std::move(resumed.totals);
+  }
+  for (int epoch = first_epoch; epoch < options.epochs && !stop_training; ++epoch) {
+    const std::int64_t start_step = epoch == first_epoch ? first_step : 0;
+    position_ = {epoch, start_step, engine_state(shuffle_engine), {}};
     for (const CallbackPtr& callback : options.callbacks) callback->on_epoch_begin(*this, epoch);
     if (verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
     std::vector<std::int64_t> order = permutation(samples, options.shuffle, shuffle_engine);
@@ -237,9 +293,19 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
       epoch_metrics.push_back(metrics::get(name, loss_->sparse_labels()));
     }
     double loss_sum = 0.0, seen = 0.0;
+    // A run resumed mid-epoch starts from the saved global totals of the batches done; the
+    // first process of the data-parallel group holds them (logs sum over that group).
+    if (start_step > 0 && context.shard_id() == 0) {
+      loss_sum = resumed_totals[0];
+      seen = resumed_totals[1];
+      for (std::size_t m = 0; m < epoch_metrics.size(); ++m) {
+        epoch_metrics[m]->add(resumed_totals[2 + 2 * m], resumed_totals[3 + 2 * m]);
+      }
+    }
     ProgressBar bar(steps);
     Logs logs;
-    for (std::int64_t step = 0; step < steps; ++step) {
+    if (start_step > 0) logs = global_logs(context, loss_sum, seen, epoch_metrics);
+    for (std::int64_t step = start_step; step < steps; ++step) {
       std::int64_t global_begin = step * batch_size;
       std::int64_t global_end = std::min(samples, global_begin + batch_size);
       auto [begin, end] = context.local_rows(global_begin, global_end);
@@ -260,7 +326,8 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
         for (const auto& metric : epoch_metrics) metric->update(y_batch, result.predictions);
       }
       // Logs are means over the global batch: sum (value, count) pairs across processes.
-      logs = global_logs(context, loss_sum, seen, epoch_metrics);
+      logs = global_logs(context, loss_sum, seen, epoch_metrics, &position_.totals);
+      position_.step = step + 1;
       for (const CallbackPtr& callback : options.callbacks) {
         callback->on_train_batch_end(*this, step, logs);
       }
@@ -283,16 +350,21 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
                                        validation_batch, 0);
       for (const auto& [name, value] : validation) logs["val_" + name] = value;
     }
-    if (verbose > 0) bar.update(steps, logs, true);
-    history.epoch.push_back(epoch);
-    for (const auto& [name, value] : logs) history.history[name].push_back(value);
+    position_ = {epoch + 1, 0, engine_state(shuffle_engine), {}};
     for (const CallbackPtr& callback : options.callbacks) {
       callback->on_epoch_end(*this, epoch, logs);
     }
+    // After the callbacks, as Keras' History and progress bar come last: they see what the
+    // callbacks added to the logs ("learning_rate").
+    if (verbose > 0) bar.update(steps, logs, true);
+    history.epoch.push_back(epoch);
+    for (const auto& [name, value] : logs) history.history[name].push_back(value);
   }
   for (const CallbackPtr& callback : options.callbacks) callback->on_train_end(*this);
   return history;
 }
+
+void Model::resume_training_from(TrainingPosition position) { resume_from_ = std::move(position); }
 
 std::map<std::string, double> Model::run_evaluation(const Tensor& x, const Tensor& y,
                                                     std::int64_t batch_size, int verbose) {
@@ -394,35 +466,12 @@ void Model::save_weights(const std::string& path) {
   {
     NoGradGuard no_grad;
     for (Variable* variable : variables()) {
-      Tensor full = variable->value;
-      if (std::optional<distribution::Sharding> sharding = distribution::sharding_of(full)) {
-        full = distribution::redistribute(
-            full, *sharding, distribution::Sharding::replicated(sharding->mesh(), sharding->global_shape()));
-        gathered = true;
-      }
-      tensors.emplace_back(variable->path(), full);
+      gathered = gathered || distribution::sharding_of(variable->value).has_value();
+      tensors.emplace_back(variable->path(), checkpoint::full_tensor(variable->value, variable->value));
     }
   }
-  const std::map<std::string, std::string> metadata = {{"format", "keras-cpp"}, {"model", name()}};
-  distribution::Communicator& world = distribution::world();
-  if (!gathered || world.size() == 1) {
-    io::save_safetensors(path, tensors, metadata);
-    return;
-  }
-  std::string failure;
-  if (world.rank() == 0) {
-    try {
-      io::save_safetensors(path, tensors, metadata);
-    } catch (const std::exception& error) {
-      failure = error.what();
-    }
-  }
-  std::int64_t failed = failure.empty() ? 0 : 1;
-  world.all_reduce(&failed, 1, DType::int64, distribution::ReduceOperation::max);
-  if (failed != 0) {
-    if (world.rank() == 0) throw Error(str("save_weights: ", failure));
-    throw Error(str("save_weights: process 0, which writes '", path, "', failed to write it"));
-  }
+  checkpoint::write_file(path, tensors, {{"format", "keras-cpp"}, {"model", name()}}, gathered,
+                         "save_weights");
 }
 
 void Model::load_weights(const std::string& path) {
@@ -460,13 +509,9 @@ void Model::load_weights(const std::string& path) {
   }
   NoGradGuard no_grad;
   for (Variable* variable : model_variables) {
-    Tensor full = by_name[variable->path()];
     // A sharded variable keeps its own block of the full tensor in the file.
-    if (std::optional<distribution::Sharding> sharding = distribution::sharding_of(variable->value)) {
-      auto [starts, sizes] = sharding->block(distribution::process_coordinates(*sharding->mesh()));
-      full = ops::slice(full, starts, sizes);
-    }
-    variable->value.assign(ops::cast(full, variable->value.dtype()));
+    Tensor block = checkpoint::local_block(by_name[variable->path()], variable->value);
+    variable->value.assign(ops::cast(block, variable->value.dtype()));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <concepts>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,17 @@ struct EvaluateOptions {
   int verbose = 1;
 };
 
+// Where fit() is, for callbacks that save a run to resume it (BackupAndRestore): the epoch
+// being run (0-based), the batches of it done (all of them: the epoch's end is still to run), the shuffling generator's state before that
+// epoch's permutation, and the global totals of those batches (loss sum, samples, then sum and
+// count per compiled metric) so the epoch's logs come out as an uninterrupted run's.
+struct TrainingPosition {
+  int epoch = 0;
+  std::int64_t step = 0;
+  std::string shuffle_state;
+  std::vector<double> totals;
+};
+
 struct History {
   std::vector<int> epoch;
   std::map<std::string, std::vector<double>> history;
@@ -105,6 +117,15 @@ class Model : public Layer {
 
   // Set by callbacks (EarlyStopping) to end fit() after the current epoch.
   bool stop_training = false;
+  // fit()'s position: after on_train_batch_end(batch) it is {epoch, batch + 1, …}; during
+  // on_epoch_end(epoch) it is {epoch + 1, 0, …}, the start of the next epoch.
+  const TrainingPosition& training_position() const { return position_; }
+  // From a callback's on_train_begin: fit() goes on from `position` (a training_position()
+  // saved earlier, by a run of the same fit call) instead of from the first epoch. Checked
+  // against the run's epochs, steps and metrics when fit() takes it.
+  void resume_training_from(TrainingPosition position);
+  // The compiled metrics' names (what TrainingPosition::totals hold beyond the loss).
+  const std::vector<std::string>& metric_names() const { return metric_names_; }
   optimizers::Optimizer& optimizer();
 
  private:
@@ -129,6 +150,8 @@ class Model : public Layer {
   std::shared_ptr<distribution::GradientReducer> gradient_reducer_;
   std::vector<distribution::CollectiveTotal> last_step_collectives_;
   bool plan_checked_ = false;  // fit() warns about the plan once, after its first step
+  TrainingPosition position_;
+  std::optional<TrainingPosition> resume_from_;
 
  public:
   // The data-parallel reducer of the last distributed step (null before one), for tests and
