@@ -10,6 +10,8 @@ namespace {
 
 using testing::expect_close;
 using testing::expect_throw_with;
+using testing::Blobs;
+using testing::make_blobs;
 
 class LayersTest : public ::testing::Test {
  protected:
@@ -117,16 +119,6 @@ TEST_F(LayersTest, LayerNormalizationNormalisesTheLastAxis) {
 }
 
 // A linearly separable 3-class problem that a small MLP must learn.
-struct Blobs {
-  Tensor x, y;
-};
-Blobs make_blobs(std::int64_t count, std::uint64_t seed) {
-  Tensor labels = ops::cast(ops::random({RandomDistribution::uniform, 0, 3, seed}, {count}, float64), int64);
-  Tensor centers = Tensor::from_vector<float>({2, 0, -2, 2, 0, -2}, {3, 2});
-  Tensor noise = ops::random({RandomDistribution::normal, 0, 0.5, seed + 1}, {count, 2}, float32);
-  return {ops::take(centers, labels, 0) + noise, labels};
-}
-
 TEST_F(LayersTest, FitConvergesAndReportsKerasLogs) {
   Blobs train = make_blobs(600, 11), test = make_blobs(300, 12);
   Sequential model({layers::Dense(16, "relu"), layers::Dense(3)});

@@ -26,6 +26,17 @@ inline void expect_close(const std::vector<double>& actual, const std::vector<do
   }
 }
 
+// Three Gaussian blobs in 2-D, labels 0..2: a small problem a model must learn.
+struct Blobs {
+  Tensor x, y;
+};
+inline Blobs make_blobs(std::int64_t count, std::uint64_t seed) {
+  Tensor labels = ops::cast(ops::random({RandomDistribution::uniform, 0, 3, seed}, {count}, float64), int64);
+  Tensor centers = Tensor::from_vector<float>({2, 0, -2, 2, 0, -2}, {3, 2});
+  Tensor noise = ops::random({RandomDistribution::normal, 0, 0.5, seed + 1}, {count, 2}, float32);
+  return {ops::take(centers, labels, 0) + noise, labels};
+}
+
 template <typename Exception, typename Fn>
 void expect_throw_with(Fn&& fn, const std::string& phrase) {
   try {
