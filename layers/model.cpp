@@ -245,9 +245,6 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
     throw ValueError(str("fit: batch_size must be a positive integer, got ", options.batch_size));
   }
   if (options.epochs < 0) throw ValueError(str("fit: epochs must be >= 0, got ", options.epochs));
-  if (options.verbose < 0 || options.verbose > 2) {
-    throw ValueError(str("fit: verbose must be 0, 1 or 2, got ", options.verbose));
-  }
   if (options.validation_data.defined()) {
     check_data(options.validation_data.x, options.validation_data.y, "fit validation_data");
   }
@@ -263,7 +260,7 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
   }
   std::int64_t batch_size = std::min(options.batch_size, std::max<std::int64_t>(samples, 1));
   std::int64_t steps = (samples + batch_size - 1) / batch_size;
-  int verbose = context.prints() ? options.verbose : 0;
+  int verbose = context.prints() ? options.verbose.resolve() : 0;
   std::mt19937_64 shuffle_engine(next_random_seed());
   History history;
   stop_training = false;
@@ -302,7 +299,7 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
         epoch_metrics[m]->add(resumed_totals[2 + 2 * m], resumed_totals[3 + 2 * m]);
       }
     }
-    ProgressBar bar(steps);
+    ProgressBar bar(steps, verbose);
     Logs logs;
     if (start_step > 0) logs = global_logs(context, loss_sum, seen, epoch_metrics);
     for (std::int64_t step = start_step; step < steps; ++step) {
@@ -384,7 +381,7 @@ std::map<std::string, double> Model::run_evaluation(const Tensor& x, const Tenso
   std::mt19937_64 unused_engine(0);
   std::vector<std::int64_t> order = permutation(samples, /*shuffle=*/false, unused_engine);
   double loss_sum = 0.0, seen = 0.0;
-  ProgressBar bar(steps);
+  ProgressBar bar(steps, verbose);
   std::map<std::string, double> results;
   for (std::int64_t step = 0; step < steps; ++step) {
     std::int64_t global_begin = step * batch_size;
@@ -409,10 +406,7 @@ std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y,
                                               const EvaluateOptions& options) {
   check_compiled("evaluate");
   check_data(x, y, "evaluate");
-  if (options.verbose < 0 || options.verbose > 2) {
-    throw ValueError(str("evaluate: verbose must be 0, 1 or 2, got ", options.verbose));
-  }
-  return run_evaluation(x, y, options.batch_size, options.verbose);
+  return run_evaluation(x, y, options.batch_size, options.verbose.resolve());
 }
 
 Tensor Model::predict(const Tensor& x, std::int64_t batch_size) {

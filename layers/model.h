@@ -17,6 +17,7 @@
 #include "layers/layer.h"
 #include "layers/global_batch.h"
 #include "layers/metrics.h"
+#include "layers/progress_output.h"
 
 namespace keras::distribution {
 class GradientReducer;
@@ -52,13 +53,15 @@ struct FitOptions {
   bool shuffle = true;
   ValidationData validation_data = {};
   std::vector<CallbackPtr> callbacks = {};
-  int verbose = 1;  // 0 silent, 1 progress bar, 2 one line per epoch
+  // "auto" (Keras' default): a bar on a terminal, one line per epoch otherwise (the rule and
+  // the KERAS_PROGRESS flag are in layers/progress_output.h); 0 silent; 1 bar; 2 epoch lines.
+  Verbose verbose = "auto";
   std::int64_t validation_batch_size = 0;  // 0: same as batch_size
 };
 
 struct EvaluateOptions {
   std::int64_t batch_size = 32;
-  int verbose = 1;
+  Verbose verbose = "auto";
 };
 
 // Where fit() is, for callbacks that save a run to resume it (BackupAndRestore): the epoch

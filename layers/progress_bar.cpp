@@ -1,9 +1,9 @@
 // Progress bar rendering.
 #include "layers/progress_bar.h"
 
-#include <unistd.h>
-
 #include <cmath>
+
+#include "layers/progress_output.h"
 
 namespace keras {
 
@@ -20,8 +20,9 @@ std::string format_duration(double seconds) {
   return text;
 }
 
-ProgressBar::ProgressBar(std::int64_t total_steps, std::FILE* stream)
-    : total_steps_(total_steps), stream_(stream), interactive_(isatty(fileno(stream)) != 0),
+ProgressBar::ProgressBar(std::int64_t total_steps, int verbose, std::FILE* stream)
+    : total_steps_(total_steps), stream_(stream),
+      interactive_(verbose == 1 && progress_reaches_terminal(stream)),
       start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
 
 std::string ProgressBar::render(std::int64_t step, const std::map<std::string, double>& values,

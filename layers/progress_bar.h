@@ -1,7 +1,8 @@
 // Keras-style progress output for fit/evaluate. On a terminal one line is redrawn in place:
 //   123/469 ━━━━━╸━━━━━━━━━━━━━━ 1s 5ms/step - ETA 2s - accuracy: 0.8012 - loss: 0.5634
-// When output is not a terminal (a log file, CI), only the finished line of each epoch is
-// printed, so logs stay readable.
+// When output does not reach a terminal (a log file, CI, mpirun's output redirected: see
+// layers/progress_output.h), only the finished line of each epoch is printed, so logs stay
+// readable.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -13,7 +14,9 @@ namespace keras {
 
 class ProgressBar {
  public:
-  ProgressBar(std::int64_t total_steps, std::FILE* stream = stdout);
+  // `verbose` 1 redraws a bar in place where the output reaches a terminal; 2 (or 1 where it
+  // does not) prints only each finished line.
+  ProgressBar(std::int64_t total_steps, int verbose, std::FILE* stream = stdout);
   // Reports that `step` steps are done, with the running values to show.
   void update(std::int64_t step, const std::map<std::string, double>& values, bool finished);
 

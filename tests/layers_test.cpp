@@ -168,6 +168,22 @@ TEST_F(LayersTest, TrainerRejectsBadArguments) {
                                 "labels must be integer class indices");
 }
 
+TEST_F(LayersTest, VerboseFollowsKerasAndTheProgressFlag) {
+  expect_throw_with<ValueError>([] { Verbose(3); }, "verbose must be \"auto\", 0, 1 or 2, got 3");
+  expect_throw_with<ValueError>([] { Verbose("loud"); }, "got \"loud\"");
+  std::FILE* file = std::tmpfile();
+  ASSERT_NE(file, nullptr);
+  EXPECT_EQ(Verbose("auto").resolve(file), 2);  // not a terminal: one line per epoch
+  EXPECT_EQ(Verbose(1).resolve(file), 1);       // explicit levels stand
+  ::setenv("KERAS_PROGRESS", "bar", 1);
+  EXPECT_EQ(Verbose("auto").resolve(file), 1);
+  ::setenv("KERAS_PROGRESS", "sometimes", 1);
+  expect_throw_with<ValueError>([&] { Verbose("auto").resolve(file); },
+                                "KERAS_PROGRESS='sometimes' is not one of auto, bar or lines");
+  ::unsetenv("KERAS_PROGRESS");
+  std::fclose(file);
+}
+
 class WeightsTest : public LayersTest {
  protected:
   void SetUp() override {
