@@ -7,7 +7,9 @@
 // mean, raw MPI sums and then divides, as our Communicator does. Time is the average per
 // iteration on the slowest rank; algbw = bytes / time, busbw = algbw * 2(n-1)/n. Signature
 // checks stay on (what users get) unless --no-signature-checks.
-// Run: mpirun -np 2 all_reduce_perf -b 8 -e 64M -f 2
+// With --csv FILE, rank 0 also writes every measurement as one CSV row (the columns of
+// kCsvHeader), which scripts/plot_all_reduce.py draws.
+// Run: mpirun -np 2 all_reduce_perf -b 8 -e 64M -f 2 [--csv all_reduce.csv]
 #include <mpi.h>
 
 #include <algorithm>
@@ -34,7 +36,7 @@ using keras::distribution::ReduceOperation;
 constexpr const char* kUsage =
     "usage: mpirun -np N all_reduce_perf [-b min_bytes] [-e max_bytes] [-f factor]\n"
     "       [-n iterations] [-w warmup_iterations] [-c 0|1] [-d float|double|int32|int64]\n"
-    "       [-o sum|max|min|mean] [--no-signature-checks]\n"
+    "       [-o sum|max|min|mean] [--no-signature-checks] [--csv FILE]\n"
     "       (sizes accept a K, M or G suffix: 64M = 64 * 2^20 bytes)\n";
 
 // A bad command line: main prints it with the usage and exits 2.
@@ -52,7 +54,13 @@ struct Options {
   std::string type_name = "float";
   std::string operation_name = "sum";
   bool signature_checks = true;
+  std::string csv_path;  // empty: no CSV
 };
+
+// One row per (implementation, size, placement); the same columns as gloo_all_reduce_perf's.
+constexpr const char* kCsvHeader =
+    "backend,implementation,processes,size_bytes,count,dtype,operation,placement,time_us,"
+    "algbw_gbps,busbw_gbps,wrong\n";
 
 std::int64_t parse_number(char flag, std::string_view text, bool allow_size_suffix) {
   std::int64_t value = 0;
@@ -80,6 +88,11 @@ Options parse_options(int argument_count, char** arguments) {
     if (argument == "-h" || argument == "--help") throw UsageError("help");
     if (argument == "--no-signature-checks") {
       options.signature_checks = false;
+      continue;
+    }
+    if (argument == "--csv") {
+      if (++index >= argument_count) throw UsageError("--csv needs a file name");
+      options.csv_path = arguments[index];
       continue;
     }
     if (argument.size() < 2 || argument[0] != '-' ||
@@ -272,6 +285,28 @@ void print_table(const char* title, const std::vector<Row>& rows, bool keras_col
               rows.empty() ? 0.0 : bandwidth_total / (2.0 * static_cast<double>(rows.size())));
 }
 
+// Writes every measurement to options.csv_path (rank 0 only).
+void write_csv(const std::vector<Row>& rows, const Options& options, int size) {
+  std::FILE* file = std::fopen(options.csv_path.c_str(), "w");
+  if (file == nullptr) throw std::runtime_error("--csv: cannot open '" + options.csv_path + "'");
+  std::fputs(kCsvHeader, file);
+  const char* names[variant_count] = {"keras-cpp", "keras-cpp", "raw MPI_Allreduce",
+                                      "raw MPI_Allreduce"};
+  for (const Row& row : rows) {
+    for (int variant = 0; variant < variant_count; ++variant) {
+      const Measurement& measurement = row.measurements[variant];
+      double algorithm = algorithm_bandwidth(row.bytes, measurement.microseconds);
+      std::fprintf(file, "MPI,%s,%d,%lld,%lld,%s,%s,%s,%.3f,%.4f,%.4f,%lld\n", names[variant], size,
+                   static_cast<long long>(row.bytes), static_cast<long long>(row.count),
+                   options.type_name.c_str(), options.operation_name.c_str(),
+                   is_in_place(variant) ? "in-place" : "out-of-place", measurement.microseconds,
+                   algorithm, algorithm * 2.0 * (size - 1) / size,
+                   static_cast<long long>(measurement.wrong));
+    }
+  }
+  if (std::fclose(file) != 0) throw std::runtime_error("--csv: writing '" + options.csv_path + "' failed");
+}
+
 template <typename T>
 int run(const Options& options, MpiCommunicator& keras_communicator) {
   MPI_Comm communicator = keras_communicator.handle();
@@ -370,6 +405,10 @@ int run(const Options& options, MpiCommunicator& keras_communicator) {
     bool below_goal = row.bytes >= (1 << 20) && std::min(out_of_place, in_place) < 0.95;
     std::printf("%12lld  %12.3f  %12.3f%s\n", static_cast<long long>(row.bytes), out_of_place,
                 in_place, below_goal ? "  below 0.95" : "");
+  }
+  if (!options.csv_path.empty()) {
+    write_csv(rows, options, size);
+    std::printf("# CSV written to %s\n", options.csv_path.c_str());
   }
   std::fflush(stdout);
   return wrong > 0 ? 1 : 0;

@@ -3,7 +3,9 @@
 // context, float32 sum, in place, in nccl-tests' columns. The variants alternate size by size
 // over several rounds and the medians are printed. Time is per iteration on the slowest rank;
 // algbw = bytes / time, busbw = algbw * 2(n-1)/n.
+// --csv FILE writes the rows in all_reduce_perf's CSV columns (scripts/plot_all_reduce.py).
 //   bash scripts/launch_local.sh 2 gloo_all_reduce_perf [-b 1K] [-e 64M] [-f 4] [-n 20] [-r 5]
+//        [--csv FILE]
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
 
@@ -46,6 +48,7 @@ double median(std::vector<double> values) {
 int main(int argc, char** argv) {
   try {
     std::int64_t minimum = 1 << 10, maximum = 64 << 20, factor = 4, iterations = 20, rounds = 5;
+    std::string csv_path;
     for (int i = 1; i < argc; i += 2) {
       std::string flag = argv[i];
       if (i + 1 >= argc) throw keras::ValueError(flag + " needs a value");
@@ -55,6 +58,7 @@ int main(int argc, char** argv) {
       else if (flag == "-f") factor = parse_size(value);
       else if (flag == "-n") iterations = parse_size(value);
       else if (flag == "-r") rounds = parse_size(value);
+      else if (flag == "--csv") csv_path = value;
       else throw keras::ValueError("unknown flag " + flag);
     }
     kd::initialize();
@@ -110,6 +114,25 @@ int main(int argc, char** argv) {
                     static_cast<long long>(sizes[s]), static_cast<long long>(sizes[s] / 4), mine * 1e6,
                     bytes / mine / 1e9, bytes / mine / 1e9 * bus, theirs * 1e6, bytes / theirs / 1e9,
                     bytes / theirs / 1e9 * bus, theirs / mine);
+      }
+      if (!csv_path.empty()) {
+        std::FILE* file = std::fopen(csv_path.c_str(), "w");
+        if (file == nullptr) throw keras::FileNotFoundError("--csv: cannot open '" + csv_path + "'");
+        std::fputs("backend,implementation,processes,size_bytes,count,dtype,operation,placement,"
+                   "time_us,algbw_gbps,busbw_gbps,wrong\n", file);
+        for (std::size_t s = 0; s < sizes.size(); ++s) {
+          for (bool raw : {false, true}) {
+            double seconds = median(raw ? raw_times[s] : ours_times[s]);
+            double algorithm = static_cast<double>(sizes[s]) / seconds / 1e9;
+            // wrong: not checked by this benchmark (all_reduce_perf checks values).
+            std::fprintf(file, "Gloo,%s,%d,%lld,%lld,float,sum,in-place,%.3f,%.4f,%.4f,\n",
+                         raw ? "raw gloo::allreduce" : "keras-cpp", size,
+                         static_cast<long long>(sizes[s]), static_cast<long long>(sizes[s] / 4),
+                         seconds * 1e6, algorithm, algorithm * 2.0 * (size - 1) / size);
+          }
+        }
+        if (std::fclose(file) != 0) throw keras::Error("--csv: writing '" + csv_path + "' failed");
+        std::printf("# CSV written to %s\n", csv_path.c_str());
       }
     }
     return 0;

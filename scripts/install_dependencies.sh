@@ -4,10 +4,20 @@
 # its libFuzzer/sanitizer runtimes (libclang-rt-14-dev) and OpenMP (libomp-14-dev) builds the
 # fuzz preset (scripts/run_fuzzers.sh). PCRE2 matches LayoutMap keys in Python re's dialect;
 # Gloo runs the collectives of processes started without mpirun.
+#   --plots  also installs matplotlib (python3-matplotlib), for scripts/plot_history.py and
+#            scripts/plot_all_reduce.py; neither the build nor the tests need it.
 set -euo pipefail
+plots=0
+for argument in "$@"; do
+  case "$argument" in
+    --plots) plots=1 ;;
+    *) echo "install_dependencies.sh: unknown argument '$argument' (known: --plots)" >&2; exit 2 ;;
+  esac
+done
 packages=(cmake g++ make pkg-config libeigen3-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev
           libgtest-dev libbenchmark-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libpcre2-dev libgloo-dev
           clang-14 libclang-rt-14-dev libomp-14-dev)
+if [ "$plots" = 1 ]; then packages+=(python3-matplotlib); fi
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

@@ -2,7 +2,10 @@
 // accuracy. The dataset comes from Debian's package dataset-fashion-mnist.
 //   fashion_mnist [--epochs N] [--batch-size N] [--learning-rate X] [--data-dir DIR]
 //                 [--threads N] [--seed N] [--save PATH.safetensors]
-//                 [--distribution none|data_parallel]
+//                 [--distribution none|data_parallel] [--csv-log PATH.csv]
+//                 [--backup-dir DIR]
+// --csv-log writes Keras' CSVLogger file (scripts/plot_history.py draws it); --backup-dir
+// keeps a BackupAndRestore backup there, so a killed run started again goes on from it.
 // With --distribution data_parallel, run it under mpirun: each process trains on its slice of
 // every global batch (--batch-size is the global batch) and the gradients are summed.
 #include <charconv>
@@ -25,6 +28,8 @@ struct Flags {
   std::string save_path;
   double min_test_accuracy = 0.0;  // exit with status 2 below this (used by CTest)
   std::string distribution = "none";
+  std::string csv_log;
+  std::string backup_dir;
 };
 
 void usage(std::FILE* stream) {
@@ -32,7 +37,8 @@ void usage(std::FILE* stream) {
                "usage: fashion_mnist [--epochs N] [--batch-size N] [--learning-rate X]\n"
                "                     [--data-dir DIR] [--threads N] [--seed N]\n"
                "                     [--save PATH.safetensors] [--min-test-accuracy X]\n"
-               "                     [--distribution none|data_parallel]\n");
+               "                     [--distribution none|data_parallel] [--csv-log PATH.csv]\n"
+               "                     [--backup-dir DIR]\n");
 }
 
 template <typename T>
@@ -79,6 +85,10 @@ Flags parse_flags(int argc, char** argv) {
                                            value, "'"));
       }
       flags.distribution = value;
+    } else if (flag == "--csv-log") {
+      flags.csv_log = value;
+    } else if (flag == "--backup-dir") {
+      flags.backup_dir = value;
     } else if (flag == "--save") {
       flags.save_path = value;
     } else {
@@ -118,11 +128,22 @@ int main(int argc, char** argv) {
     model.compile(keras::optimizers::Adam(flags.learning_rate),
                   keras::losses::SparseCategoricalCrossentropy(/*from_logits=*/true),
                   {"accuracy"});
+    std::vector<keras::CallbackPtr> callbacks;
+    // Appending: a run resumed from its backup continues the same file.
+    if (!flags.csv_log.empty()) {
+      callbacks.push_back(std::make_shared<keras::CSVLogger>(flags.csv_log, ',',
+                                                             /*append=*/!flags.backup_dir.empty()));
+    }
+    if (!flags.backup_dir.empty()) {
+      model.predict(keras::ops::slice(x_test, {0, 0}, {1, x_test.dim(1)}));  // built, as Keras requires
+      callbacks.push_back(std::make_shared<keras::BackupAndRestore>(flags.backup_dir));
+    }
     auto start = std::chrono::steady_clock::now();
     model.fit(x_train, data.y_train,
               {.batch_size = flags.batch_size,
                .epochs = flags.epochs,
-               .validation_data = {x_test, data.y_test}});
+               .validation_data = {x_test, data.y_test},
+               .callbacks = callbacks});
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     auto results = model.evaluate(x_test, data.y_test, {.batch_size = 1000, .verbose = 0});
     if (chief) {
