@@ -4,14 +4,18 @@
 # finds it with find_package(keras 0.1 REQUIRED) and links keras::keras (examples/consumer/).
 include(CMakePackageConfigHelpers)
 
-install(TARGETS keras_engine keras_distribution keras_layers keras
-        EXPORT kerasTargets
-        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# One export set per component, so find_package(keras COMPONENTS engine) needs neither MPI
+# nor Gloo: kerasConfig.cmake loads a component's targets after finding its dependencies.
+install(TARGETS keras_engine EXPORT kerasEngineTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS keras_distribution EXPORT kerasDistributionTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS keras_layers keras EXPORT kerasLayersTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The public headers; the backends' own headers (engine/cpu/, engine/cuda/, engine/no_gpu/)
+# need Eigen or CUDA and are internal.
 foreach(folder engine distribution layers io)
   install(DIRECTORY ${folder}/ DESTINATION ${KERAS_INSTALL_INCLUDE_DIR}/${folder}
-          FILES_MATCHING PATTERN "*.h")
+          FILES_MATCHING PATTERN "*.h" PATTERN "cpu" EXCLUDE PATTERN "cuda" EXCLUDE
+          PATTERN "no_gpu" EXCLUDE)
 endforeach()
 install(FILES keras.h DESTINATION ${KERAS_INSTALL_INCLUDE_DIR})
 # version.h is generated in the build tree; it goes beside the engine's other headers.
@@ -19,7 +23,9 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/generated/engine/version.h
         DESTINATION ${KERAS_INSTALL_INCLUDE_DIR}/engine)
 
 set(KERAS_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/keras)
-install(EXPORT kerasTargets NAMESPACE keras:: DESTINATION ${KERAS_CMAKE_DIR})
+foreach(component Engine Distribution Layers)
+  install(EXPORT keras${component}Targets NAMESPACE keras:: DESTINATION ${KERAS_CMAKE_DIR})
+endforeach()
 configure_package_config_file(cmake/kerasConfig.cmake.in
                               ${CMAKE_CURRENT_BINARY_DIR}/kerasConfig.cmake
                               INSTALL_DESTINATION ${KERAS_CMAKE_DIR})
@@ -33,8 +39,10 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kerasConfig.cmake
 # pkg-config. The libraries are static archives, so their dependencies go in Libs, not
 # Libs.private: a plain `pkg-config --libs keras` must link.
 set(KERAS_PKG_CUDA_LIBS "")
+set(KERAS_PKG_CUDA_CFLAGS "")
 if(KERAS_HAS_CUDA)
   set(KERAS_PKG_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcudart")
+  set(KERAS_PKG_CUDA_CFLAGS "-DKERAS_HAS_CUDA=1")
 endif()
 # The prefix is given relative to the .pc file, since `cmake --install --prefix` may put the
 # tree elsewhere than CMAKE_INSTALL_PREFIX said at configure time.

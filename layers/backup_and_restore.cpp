@@ -2,14 +2,19 @@
 #include "layers/backup_and_restore.h"
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <map>
 #include <sstream>
 #include <vector>
 
 #include "distribution/runtime.h"
+#include "distribution/shared_outcome.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
 #include "engine/random.h"
@@ -149,34 +154,23 @@ std::string BackupAndRestore::previous_path() const {
   return (std::filesystem::path(backup_dir_) / "previous.safetensors").string();
 }
 
-void BackupAndRestore::on_train_begin(Model& model) {
-  restored_ = false;
-  restored_epoch_ = -1;
-  restored_step_ = -1;
-  batches_since_save_ = 0;
-  if (!model.built()) {
-    throw ValueError(str("BackupAndRestore: model '", model.name(), "' must be built before fit() "
-                         "so that a backup can be loaded into it; build it by calling it on a "
-                         "batch of data first, e.g. model.predict(x_sample)"));
-  }
-  const bool latest = exists_everywhere(latest_path());
-  if (latest) {
-    try {
-      restore(model, latest_path());
-      return;
-    } catch (const FileFormatError& error) {
-      if (!options_.double_checkpoint) throw;
-      if (distribution::process_id() == 0) {
-        std::fprintf(stderr, "warning: %s; trying the previous backup\n", error.what());
-      }
-    }
-  }
-  if (options_.double_checkpoint && exists_everywhere(previous_path())) {
-    restore(model, previous_path());
-  }
-}
+namespace {
 
-void BackupAndRestore::restore(Model& model, const std::string& path) {
+// A backup read and checked against the model and the fit() call, not yet applied.
+struct Backup {
+  std::map<std::string, Tensor> tensors;
+  std::map<Variable*, std::int64_t> slot_counts;
+  std::map<Layer*, std::vector<std::uint64_t>> counters;
+  TrainingPosition position;
+  double learning_rate = 0.0;
+  std::int64_t iterations = 0;
+  std::uint64_t seed_state = 0;
+};
+
+// Reads `path` and checks everything in it against `model` and the fit() call now starting;
+// throws FileFormatError for a file that is not a complete backup, ValueError or ShapeError
+// for one of another model or another run. Changes nothing.
+Backup read_backup(Model& model, const std::string& path) {
   std::map<std::string, std::string> raw_metadata;
   auto loaded = io::load_safetensors(path, &raw_metadata);
   BackupMetadata metadata(path, raw_metadata);
@@ -185,16 +179,17 @@ void BackupAndRestore::restore(Model& model, const std::string& path) {
                               kFormatVersion, " (format '", metadata.text("format"), "', version '",
                               metadata.text("backup_version"), "')"));
   }
-  std::map<std::string, Tensor> tensors(loaded.begin(), loaded.end());
+  Backup backup;
+  backup.tensors = std::map<std::string, Tensor>(loaded.begin(), loaded.end());
   optimizers::Optimizer& optimizer = model.optimizer();
   if (metadata.text("optimizer") != optimizer.name()) {
     throw ValueError(str("BackupAndRestore: '", path, "' was saved with optimizer ",
                          metadata.text("optimizer"), ", but model '", model.name(),
                          "' is compiled with ", optimizer.name()));
   }
-  auto find = [&](const std::string& key, const Shape& shape) -> const Tensor& {
-    auto found = tensors.find(key);
-    if (found == tensors.end()) {
+  auto find = [&](const std::string& key, const Shape& shape) {
+    auto found = backup.tensors.find(key);
+    if (found == backup.tensors.end()) {
       throw ValueError(str("BackupAndRestore: '", path, "' has no '", key, "', which model '",
                            model.name(), "' needs; was it saved from another model?"));
     }
@@ -203,29 +198,33 @@ void BackupAndRestore::restore(Model& model, const std::string& path) {
                            shape_to_string(found->second.shape()), " but the model expects ",
                            shape_to_string(shape)));
     }
-    return found->second;
+    if (!is_floating(found->second.dtype())) {
+      throw FileFormatError(str("BackupAndRestore: '", key, "' in '", path, "' is ",
+                                dtype_name(found->second.dtype()), "; expected a float dtype"));
+    }
   };
-  // Check everything before changing anything, so a bad backup leaves the model as it was.
   std::vector<Variable*> variables = model.variables();
   std::size_t expected_tensors = variables.size();
-  std::map<Variable*, std::int64_t> slot_counts;
   for (Variable* variable : variables) {
     find("weights/" + variable->path(), variable->global_shape());
     std::int64_t slots = metadata.integer("slots/" + variable->path());
+    if (slots < 0 || slots > 8) {
+      throw FileFormatError(str("BackupAndRestore: '", path, "' gives '", variable->path(), "' ",
+                                slots, " optimizer slots; expected 0 to 8"));
+    }
     for (std::int64_t i = 0; i < slots; ++i) {
       find(str("optimizer/", variable->path(), "/", i), variable->global_shape());
     }
-    slot_counts[variable] = slots;
+    backup.slot_counts[variable] = slots;
     expected_tensors += static_cast<std::size_t>(slots);
   }
-  if (tensors.size() != expected_tensors) {
-    throw ValueError(str("BackupAndRestore: '", path, "' holds ", tensors.size(),
+  if (backup.tensors.size() != expected_tensors) {
+    throw ValueError(str("BackupAndRestore: '", path, "' holds ", backup.tensors.size(),
                          " tensors but model '", model.name(), "' has ", expected_tensors,
                          " (weights and optimizer slots); was it saved from another model?"));
   }
   std::vector<Layer*> layers;
   collect_layers(model, layers);
-  std::map<Layer*, std::vector<std::uint64_t>> counters;
   std::map<std::string, Layer*> layers_by_path;
   for (Layer* layer : layers) layers_by_path[layer->path()] = layer;
   for (const auto& [key, value] : raw_metadata) {
@@ -236,62 +235,158 @@ void BackupAndRestore::restore(Model& model, const std::string& path) {
                            key.substr(7), "', which model '", model.name(), "' does not have"));
     }
     for (const std::string& item : metadata.list(key)) {
-      counters[layer->second].push_back(metadata.unsigned_integer(item, key));
+      backup.counters[layer->second].push_back(metadata.unsigned_integer(item, key));
     }
   }
   for (Layer* layer : layers) {
-    if (!layer->random_counters().empty() && !counters.count(layer)) {
-      throw ValueError(str("BackupAndRestore: '", path, "' has no random counters for layer '",
-                           layer->path(), "'; was it saved from another model?"));
+    auto found = backup.counters.find(layer);
+    const std::size_t expected = layer->random_counters().size();
+    const std::size_t given = found == backup.counters.end() ? 0 : found->second.size();
+    if (given != expected) {
+      throw ValueError(str("BackupAndRestore: '", path, "' has ", given, " random counter(s) for ",
+                           "layer '", layer->path(), "', which keeps ", expected,
+                           "; was it saved from another model?"));
     }
   }
-  TrainingPosition position;
-  position.epoch = static_cast<int>(metadata.integer("epoch"));
+  TrainingPosition& position = backup.position;
+  const std::int64_t epoch = metadata.integer("epoch");
+  if (epoch < 0 || epoch > std::numeric_limits<int>::max()) {
+    throw FileFormatError(str("BackupAndRestore: '", path, "' has epoch=", epoch));
+  }
+  position.epoch = static_cast<int>(epoch);
   position.step = metadata.integer("step");
   position.shuffle_state = metadata.text("shuffle_state");
   for (const std::string& item : metadata.list("totals")) {
     position.totals.push_back(metadata.number(item, "totals"));
   }
-  const double learning_rate = metadata.number(metadata.text("learning_rate"), "learning_rate");
-  const std::int64_t iterations = metadata.integer("optimizer_iterations");
-  const std::uint64_t seed_state =
+  position.epoch_learning_rate =
+      metadata.number(metadata.text("epoch_learning_rate"), "epoch_learning_rate");
+  position.samples = metadata.integer("samples");
+  position.batch_size = metadata.integer("batch_size");
+  backup.learning_rate = metadata.number(metadata.text("learning_rate"), "learning_rate");
+  if (!std::isfinite(backup.learning_rate) || backup.learning_rate < 0) {
+    throw FileFormatError(str("BackupAndRestore: '", path, "' has learning_rate=",
+                              backup.learning_rate, "; expected a finite number >= 0"));
+  }
+  backup.iterations = metadata.integer("optimizer_iterations");
+  if (backup.iterations < 0) {
+    throw FileFormatError(str("BackupAndRestore: '", path, "' has optimizer_iterations=",
+                              backup.iterations));
+  }
+  backup.seed_state =
       metadata.unsigned_integer(metadata.text("random_seed_state"), "random_seed_state");
+  check_resumable(position, model.training_position(), model.metric_names().size());
+  return backup;
+}
 
+void apply_backup(Model& model, Backup& backup) {
+  optimizers::Optimizer& optimizer = model.optimizer();
   NoGradGuard no_grad;
-  for (Variable* variable : variables) {
-    Tensor block = checkpoint::local_block(tensors["weights/" + variable->path()], variable->value);
+  for (auto& [variable, count] : backup.slot_counts) {
+    Tensor block = checkpoint::local_block(backup.tensors["weights/" + variable->path()],
+                                           variable->value);
     variable->value.assign(ops::cast(block, variable->value.dtype()));
     std::vector<Tensor> slots;
-    for (std::int64_t i = 0; i < slot_counts[variable]; ++i) {
-      Tensor slot = checkpoint::local_block(tensors[str("optimizer/", variable->path(), "/", i)],
-                                            variable->value);
+    for (std::int64_t i = 0; i < count; ++i) {
+      Tensor slot = checkpoint::local_block(
+          backup.tensors[str("optimizer/", variable->path(), "/", i)], variable->value);
       slots.push_back(ops::cast(slot, variable->value.dtype()));
     }
-    if (!slots.empty()) optimizer.set_slots(variable->value, slots);
+    optimizer.set_slots(variable->value, slots);  // none: as before its first update
   }
-  optimizer.set_iterations(iterations);
-  optimizer.set_learning_rate(learning_rate);
-  for (Layer* layer : layers) {
-    auto found = counters.find(layer);
-    if (found != counters.end()) layer->set_random_counters(found->second);
+  optimizer.set_iterations(backup.iterations);
+  optimizer.set_learning_rate(backup.learning_rate);
+  for (auto& [layer, counters] : backup.counters) layer->set_random_counters(counters);
+  set_random_seed(backup.seed_state);
+  model.resume_training_from(backup.position);
+}
+
+}  // namespace
+
+void BackupAndRestore::on_train_begin(Model& model) {
+  restored_ = false;
+  restored_epoch_ = -1;
+  restored_step_ = -1;
+  batches_since_save_ = 0;
+  if (!model.built()) {
+    throw ValueError(str("BackupAndRestore: model '", model.name(), "' must be built before fit() "
+                         "so that a backup can be loaded into it; build it by calling it on a "
+                         "batch of data first, e.g. model.predict(x_sample)"));
   }
-  set_random_seed(seed_state);
-  restored_ = true;
-  restored_epoch_ = position.epoch;
-  restored_step_ = position.step;
-  model.resume_training_from(std::move(position));
+  std::vector<std::string> candidates = {latest_path()};
+  if (options_.double_checkpoint) candidates.push_back(previous_path());
+  for (const std::string& path : candidates) {
+    if (!exists_everywhere(path)) continue;
+    // Every process reads and checks; only when all succeeded does any change its model, so
+    // the processes never resume from different places.
+    std::optional<Backup> backup;
+    std::exception_ptr failure;
+    bool unreadable = false;
+    try {
+      backup = read_backup(model, path);
+    } catch (const FileFormatError&) {
+      failure = std::current_exception();
+      unreadable = true;
+    } catch (const std::exception&) {
+      failure = std::current_exception();
+    }
+    distribution::Communicator& world = distribution::world();
+    // Any failed; any found the file unreadable; any failed otherwise (another model or run).
+    std::int64_t outcome[3] = {failure ? 1 : 0, unreadable ? 1 : 0, failure && !unreadable ? 1 : 0};
+    if (world.size() > 1) {
+      world.all_reduce(outcome, 3, DType::int64, distribution::ReduceOperation::max);
+    }
+    if (outcome[0] == 0) {
+      apply_backup(model, *backup);
+      restored_ = true;
+      restored_epoch_ = backup->position.epoch;
+      restored_step_ = backup->position.step;
+      return;
+    }
+    // A torn or corrupt latest backup (only that: another model's backup is an error) falls
+    // back to the previous one when there is one.
+    const bool only_unreadable = outcome[1] == 1 && outcome[2] == 0;  // the same on every process
+    if (path == latest_path() && options_.double_checkpoint && only_unreadable) {
+      if (distribution::process_id() == 0) {
+        std::string reason = "it cannot be read";
+        if (failure) {
+          try {
+            std::rethrow_exception(failure);
+          } catch (const std::exception& error) {
+            reason = error.what();
+          }
+        }
+        std::fprintf(stderr, "warning: BackupAndRestore: the latest backup is unusable (%s); "
+                             "trying the previous one\n", reason.c_str());
+      }
+      continue;
+    }
+    if (failure) std::rethrow_exception(failure);
+    throw Error(str("BackupAndRestore: reading '", path, "' failed on another process (its "
+                    "message says why); process ", world.rank(), " stops with it"));
+  }
 }
 
 void BackupAndRestore::save(Model& model) {
+  // Process 0 writes (checkpoint::write_file), so it makes the folder; the others learn whether
+  // it could before they gather tensors for it.
+  const bool writer = distribution::process_id() == 0;
   std::error_code error;
-  std::filesystem::create_directories(backup_dir_, error);
-  if (error && !std::filesystem::is_directory(backup_dir_)) {
-    throw FileNotFoundError(str("BackupAndRestore: cannot create backup_dir '", backup_dir_,
-                                "': ", error.message()));
+  std::exception_ptr failure;
+  if (writer) {
+    std::filesystem::create_directories(backup_dir_, error);
+    if (error && !std::filesystem::is_directory(backup_dir_)) {
+      failure = std::make_exception_ptr(FileNotFoundError(
+          str("BackupAndRestore: cannot create backup_dir '", backup_dir_, "': ", error.message())));
+    }
   }
+  distribution::agree_on_failure(failure, str("BackupAndRestore: creating '", backup_dir_, "'"));
   optimizers::Optimizer& optimizer = model.optimizer();
   const TrainingPosition& position = model.training_position();
   std::map<std::string, std::string> metadata = {
+      {"epoch_learning_rate", exact(position.epoch_learning_rate)},
+      {"samples", std::to_string(position.samples)},
+      {"batch_size", std::to_string(position.batch_size)},
       {"format", kFormat},
       {"backup_version", kFormatVersion},
       {"model", model.name()},
@@ -324,7 +419,7 @@ void BackupAndRestore::save(Model& model) {
     std::vector<std::uint64_t> counters = layer->random_counters();
     if (!counters.empty()) metadata["random/" + layer->path()] = join(counters);
   }
-  if (options_.double_checkpoint && distribution::process_id() == 0) {
+  if (options_.double_checkpoint && writer) {
     std::filesystem::rename(latest_path(), previous_path(), error);  // none yet: nothing to keep
   }
   checkpoint::write_file(latest_path(), tensors, metadata,
@@ -349,6 +444,8 @@ void BackupAndRestore::on_train_end(Model&) {
     std::filesystem::remove(previous_path(), error);
     std::filesystem::remove(backup_dir_, error);  // only when empty: it may hold other files
   }
+  // Before any process looks for a backup again (a next fit() on the same folder).
+  if (distribution::world().size() > 1) distribution::world().barrier();
 }
 
 }  // namespace keras

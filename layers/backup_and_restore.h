@@ -12,7 +12,9 @@
 // Under a distribution every process takes part: process 0 writes, every process reads, so
 // `backup_dir` must be a directory all processes see (a shared filesystem across machines).
 // Not saved, as in Keras: other callbacks' state (EarlyStopping's patience, ReduceLROnPlateau's
-// wait), which start afresh on resume.
+// wait), which start afresh on resume. List it after callbacks that change the learning rate
+// in on_epoch_end (ReduceLROnPlateau), so the backup holds the changed rate. A backup of
+// another model, or of a fit() over other samples or batch size, is refused.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -50,8 +52,6 @@ class BackupAndRestore : public Callback {
 
  private:
   void save(Model& model);
-  // Reads `path` into the model; false when it does not exist.
-  void restore(Model& model, const std::string& path);
 
   std::string backup_dir_;
   Options options_;

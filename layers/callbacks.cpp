@@ -21,26 +21,33 @@ std::string resolve_mode(const std::string& mode, const std::string& monitor) {
   return is_accuracy ? "max" : "min";
 }
 
+MonitoredBest::MonitoredBest(bool maximize, double min_delta)
+    : maximize_(maximize), min_delta_(std::abs(min_delta)), best_(0.0) {
+  reset();
+}
+
+void MonitoredBest::reset() { best_ = maximize_ ? -INFINITY : INFINITY; }
+
+bool MonitoredBest::improved(double value) const {
+  return maximize_ ? value - min_delta_ > best_ : value + min_delta_ < best_;
+}
+
 EarlyStopping::EarlyStopping() : EarlyStopping(Options{}) {}
 
 EarlyStopping::EarlyStopping(Options options) : options_(std::move(options)) {
   if (options_.patience < 0) {
     throw ValueError(str("EarlyStopping: patience must be >= 0, got ", options_.patience));
   }
-  maximize_ = resolve_mode(options_.mode, options_.monitor) == "max";
   options_.min_delta = std::abs(options_.min_delta);
+  best_ = MonitoredBest(resolve_mode(options_.mode, options_.monitor) == "max", options_.min_delta);
 }
 
 void EarlyStopping::on_train_begin(Model&) {
   wait_ = 0;
   stopped_epoch_ = -1;
   best_epoch_ = -1;
-  best_ = maximize_ ? -INFINITY : INFINITY;
+  best_.reset();
   best_weights_.clear();
-}
-
-bool EarlyStopping::improved(double value) const {
-  return maximize_ ? value - options_.min_delta > best_ : value + options_.min_delta < best_;
 }
 
 void EarlyStopping::on_epoch_end(Model& model, int epoch, Logs& logs) {
@@ -54,8 +61,8 @@ void EarlyStopping::on_epoch_end(Model& model, int epoch, Logs& logs) {
   }
   if (epoch < options_.start_from_epoch) return;
   wait_ += 1;
-  if (improved(found->second)) {
-    best_ = found->second;
+  if (best_.improved(found->second)) {
+    best_.set(found->second);
     best_epoch_ = epoch;
     wait_ = 0;
     if (options_.restore_best_weights) {
@@ -90,7 +97,7 @@ ModelCheckpoint::ModelCheckpoint(std::string filepath, Options options)
     throw ValueError(str("ModelCheckpoint: filepath must end in '.safetensors', got '",
                          filepath_, "'"));
   }
-  maximize_ = resolve_mode(options_.mode, options_.monitor) == "max";
+  best_ = MonitoredBest(resolve_mode(options_.mode, options_.monitor) == "max");
   path_for_epoch(0);  // rejects malformed placeholders now rather than after an epoch
 }
 
@@ -123,14 +130,13 @@ void ModelCheckpoint::on_epoch_end(Model& model, int epoch, Logs& logs) {
       throw ValueError(str("ModelCheckpoint monitors '", options_.monitor,
                            "', which is not in the logs (val_* needs validation_data)"));
     }
-    bool better = !has_best_ || (maximize_ ? found->second > best_ : found->second < best_);
+    bool better = best_.improved(found->second);
     if (!better) return;
     if (options_.verbose) {
       std::printf("Epoch %d: %s improved to %.5f, saving model to %s\n", epoch + 1,
                   options_.monitor.c_str(), found->second, path.c_str());
     }
-    has_best_ = true;
-    best_ = found->second;
+    best_.set(found->second);
   }
   model.save_weights(path);
 }

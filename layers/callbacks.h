@@ -30,6 +30,22 @@ using CallbackPtr = std::shared_ptr<Callback>;
 // "min" for losses and errors, "max" for accuracies; "auto" picks from the monitored name.
 std::string resolve_mode(const std::string& mode, const std::string& monitor);
 
+// The best value so far of a monitored log and whether a new one improves on it by more than
+// min_delta (what EarlyStopping and ReduceLROnPlateau both ask; Keras' MonitorCallback).
+class MonitoredBest {
+ public:
+  MonitoredBest(bool maximize = false, double min_delta = 0.0);
+  void reset();  // no value seen yet: anything finite improves
+  bool improved(double value) const;
+  void set(double value) { best_ = value; }
+  double best() const { return best_; }
+
+ private:
+  bool maximize_;
+  double min_delta_;
+  double best_;
+};
+
 // Stops training when `monitor` has not improved by more than min_delta for `patience`
 // epochs; optionally restores the weights of the best epoch.
 class EarlyStopping : public Callback {
@@ -51,10 +67,8 @@ class EarlyStopping : public Callback {
   int best_epoch() const { return best_epoch_; }
 
  private:
-  bool improved(double value) const;
   Options options_;
-  bool maximize_ = false;
-  double best_ = 0.0;
+  MonitoredBest best_;
   int wait_ = 0;
   int stopped_epoch_ = -1;
   int best_epoch_ = -1;
@@ -81,9 +95,7 @@ class ModelCheckpoint : public Callback {
  private:
   std::string filepath_;
   Options options_;
-  bool maximize_ = false;
-  bool has_best_ = false;
-  double best_ = 0.0;
+  MonitoredBest best_;
 };
 
 // Stops training at the end of the first batch whose loss is NaN or infinite, printing

@@ -6,6 +6,7 @@
 
 #include "distribution/redistribute.h"
 #include "distribution/runtime.h"
+#include "distribution/shared_outcome.h"
 #include "distribution/sharded_tensor.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
@@ -36,20 +37,15 @@ void write_file(const std::string& path, const std::vector<std::pair<std::string
     io::save_safetensors(path, tensors, metadata);
     return;
   }
-  std::string failure;
+  std::exception_ptr failure;
   if (world.rank() == 0) {
     try {
       io::save_safetensors(path, tensors, metadata);
     } catch (const std::exception& error) {
-      failure = error.what();
+      failure = std::make_exception_ptr(Error(str(what, ": ", error.what())));
     }
   }
-  std::int64_t failed = failure.empty() ? 0 : 1;
-  world.all_reduce(&failed, 1, DType::int64, distribution::ReduceOperation::max);
-  if (failed != 0) {
-    if (world.rank() == 0) throw Error(str(what, ": ", failure));
-    throw Error(str(what, ": process 0, which writes '", path, "', failed to write it"));
-  }
+  distribution::agree_on_failure(failure, str(what, ": writing '", path, "' (process 0 writes it)"));
 }
 
 }  // namespace keras::checkpoint

@@ -1,6 +1,7 @@
 // CSVLogger with Keras' columns and rules: keys fixed at the first epoch (sorted, plus the
 // val_ twins of each when validation has not run yet), "NA" for a key an epoch lacks, values
-// as the shortest text that reads back to the same double (Python's repr).
+// as the shortest text that reads back to the same double (std::to_chars: "1" and "1e-04"
+// where Python would write "1.0" and "0.0001"; both read back to the same double).
 #include "layers/csv_logger.h"
 
 #include <charconv>
@@ -8,6 +9,7 @@
 #include <filesystem>
 
 #include "distribution/runtime.h"
+#include "distribution/shared_outcome.h"
 #include "engine/errors.h"
 
 namespace keras {
@@ -36,7 +38,11 @@ CSVLogger::CSVLogger(std::string filename, char separator, bool append)
 void CSVLogger::on_train_begin(Model&) {
   keys_.clear();
   file_.reset();
-  if (distribution::process_id() != 0) return;
+  // Process 0 writes; every process learns whether it could (distribution/shared_outcome.h).
+  if (distribution::process_id() != 0) {
+    distribution::agree_on_failure(nullptr, str("CSVLogger: opening '", filename_, "'"));
+    return;
+  }
   write_header_ = true;
   if (append_) {
     std::error_code error;
@@ -44,14 +50,29 @@ void CSVLogger::on_train_begin(Model&) {
                     std::filesystem::file_size(filename_, error) == 0;
   }
   std::FILE* file = std::fopen(filename_.c_str(), append_ ? "a" : "w");
+  std::exception_ptr failure;
   if (file == nullptr) {
-    throw FileNotFoundError(str("CSVLogger: cannot open '", filename_, "' for writing"));
+    failure = std::make_exception_ptr(
+        FileNotFoundError(str("CSVLogger: cannot open '", filename_, "' for writing")));
+  } else {
+    file_.reset(file, std::fclose);
   }
-  file_.reset(file, std::fclose);
+  distribution::agree_on_failure(failure, str("CSVLogger: opening '", filename_, "'"));
 }
 
 void CSVLogger::on_epoch_end(Model&, int epoch, Logs& logs) {
-  if (!file_) return;
+  std::exception_ptr failure;
+  if (file_) {
+    try {
+      write_row(epoch, logs);
+    } catch (const Error&) {
+      failure = std::current_exception();
+    }
+  }
+  distribution::agree_on_failure(failure, str("CSVLogger: writing '", filename_, "'"));
+}
+
+void CSVLogger::write_row(int epoch, const Logs& logs) {
   if (keys_.empty()) {
     for (const auto& [key, value] : logs) keys_.push_back(key);  // std::map: sorted
     bool has_validation = false;

@@ -26,6 +26,7 @@ class CSVLogger : public Callback {
   const std::string& filename() const { return filename_; }
 
  private:
+  void write_row(int epoch, const Logs& logs);
   std::string filename_;
   char separator_;
   bool append_;

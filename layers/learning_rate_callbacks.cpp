@@ -59,18 +59,15 @@ ReduceLROnPlateau::ReduceLROnPlateau(Options options) : options_(std::move(optio
     }
     options_.mode = "auto";
   }
-  maximize_ = options_.mode == "max" ||
-              (options_.mode == "auto" && options_.monitor.find("acc") != std::string::npos);
+  const bool maximize = options_.mode == "max" ||
+                        (options_.mode == "auto" && options_.monitor.find("acc") != std::string::npos);
+  best_ = MonitoredBest(maximize, options_.min_delta);
 }
 
 void ReduceLROnPlateau::on_train_begin(Model&) {
-  best_ = maximize_ ? -INFINITY : INFINITY;
+  best_.reset();
   wait_ = 0;
   cooldown_counter_ = 0;
-}
-
-bool ReduceLROnPlateau::improved(double value) const {
-  return maximize_ ? value > best_ + options_.min_delta : value < best_ - options_.min_delta;
 }
 
 void ReduceLROnPlateau::on_epoch_end(Model& model, int epoch, Logs& logs) {
@@ -92,8 +89,8 @@ void ReduceLROnPlateau::on_epoch_end(Model& model, int epoch, Logs& logs) {
     cooldown_counter_ -= 1;
     wait_ = 0;
   }
-  if (improved(current)) {
-    best_ = current;
+  if (best_.improved(current)) {
+    best_.set(current);
     wait_ = 0;
   } else if (cooldown_counter_ == 0) {  // as Keras: asked after this epoch's countdown
 

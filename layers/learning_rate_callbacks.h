@@ -43,10 +43,8 @@ class ReduceLROnPlateau : public Callback {
   int wait() const { return wait_; }
 
  private:
-  bool improved(double value) const;
   Options options_;
-  bool maximize_ = false;
-  double best_ = 0.0;
+  MonitoredBest best_;
   int wait_ = 0;
   int cooldown_counter_ = 0;
 };

@@ -2,6 +2,7 @@
 #include "layers/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <random>
@@ -105,25 +106,36 @@ void set_engine_state(std::mt19937_64& engine, const std::string& state) {
   engine = restored;
 }
 
-void check_resumable(const TrainingPosition& position, int epochs, std::int64_t steps,
+}  // namespace
+
+void check_resumable(const TrainingPosition& saved, const TrainingPosition& run,
                      std::size_t metric_count) {
-  if (position.epoch < 0 || position.epoch > epochs) {
-    throw ValueError(str("fit: cannot resume at epoch ", position.epoch, "; this run has ",
-                         epochs, " epochs"));
+  if (saved.samples != run.samples || saved.batch_size != run.batch_size) {
+    throw ValueError(str("fit: the backup was made by a fit() of ", saved.samples,
+                         " samples in batches of ", saved.batch_size, "; this one has ",
+                         run.samples, " samples in batches of ", run.batch_size,
+                         ", so it cannot resume it"));
   }
-  if (position.step < 0 || position.step > steps) {
-    throw ValueError(str("fit: cannot resume after batch ", position.step, " of an epoch of ",
-                         steps, " batches; was the backup made with another dataset or "
-                         "batch_size?"));
+  if (saved.epoch < 0 || saved.epoch > run.epochs) {
+    throw ValueError(str("fit: cannot resume at epoch ", saved.epoch, "; this run has ",
+                         run.epochs, " epochs"));
   }
-  if (position.step > 0 && position.totals.size() != 2 + 2 * metric_count) {
-    throw ValueError(str("fit: the resumed position holds ", position.totals.size(),
+  if (saved.step < 0 || saved.step > run.steps) {
+    throw ValueError(str("fit: cannot resume after batch ", saved.step, " of an epoch of ",
+                         run.steps, " batches"));
+  }
+  if (saved.step > 0 && saved.totals.size() != 2 + 2 * metric_count) {
+    throw ValueError(str("fit: the resumed position holds ", saved.totals.size(),
                          " totals; a model compiled with ", metric_count, " metric(s) needs ",
                          2 + 2 * metric_count));
   }
+  if (!std::isfinite(saved.epoch_learning_rate) || saved.epoch_learning_rate < 0) {
+    throw ValueError(str("fit: the resumed position's learning rate ", saved.epoch_learning_rate,
+                         " is not a finite number >= 0"));
+  }
+  std::mt19937_64 probe;
+  set_engine_state(probe, saved.shuffle_state);
 }
-
-}  // namespace
 
 Model::Model(const std::string& name, const std::string& default_prefix)
     : Layer(default_prefix, name) {}
@@ -260,12 +272,26 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
   }
   std::int64_t batch_size = std::min(options.batch_size, std::max<std::int64_t>(samples, 1));
   std::int64_t steps = (samples + batch_size - 1) / batch_size;
-  int verbose = context.prints() ? options.verbose.resolve() : 0;
+  // Resolved on every process (a bad KERAS_PROGRESS fails them all alike), used on the first.
+  const int resolved_verbose = options.verbose.resolve();
+  int verbose = context.prints() ? resolved_verbose : 0;
   std::mt19937_64 shuffle_engine(next_random_seed());
   History history;
   stop_training = false;
   resume_from_.reset();
-  position_ = {0, 0, engine_state(shuffle_engine), {}};
+  auto position_at = [&](int epoch, std::int64_t step) {
+    TrainingPosition position;
+    position.epoch = epoch;
+    position.step = step;
+    position.shuffle_state = engine_state(shuffle_engine);
+    position.epoch_learning_rate = optimizer_->learning_rate();
+    position.samples = samples;
+    position.batch_size = batch_size;
+    position.steps = steps;
+    position.epochs = options.epochs;
+    return position;
+  };
+  position_ = position_at(0, 0);
   for (const CallbackPtr& callback : options.callbacks) callback->on_train_begin(*this);
   int first_epoch = 0;
   std::int64_t first_step = 0;
@@ -273,15 +299,18 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
   if (resume_from_) {
     TrainingPosition resumed = std::move(*resume_from_);
     resume_from_.reset();
-    check_resumable(resumed, options.epochs, steps, metric_names_.size());
+    check_resumable(resumed, position_, metric_names_.size());
     set_engine_state(shuffle_engine, resumed.shuffle_state);
     first_epoch = resumed.epoch;
     first_step = resumed.step;
     resumed_totals = std::move(resumed.totals);
+    // In the middle of an epoch, its on_epoch_begin callbacks run again below: from the rate
+    // they started from the first time.
+    if (first_step > 0) optimizer_->set_learning_rate(resumed.epoch_learning_rate);
   }
   for (int epoch = first_epoch; epoch < options.epochs && !stop_training; ++epoch) {
     const std::int64_t start_step = epoch == first_epoch ? first_step : 0;
-    position_ = {epoch, start_step, engine_state(shuffle_engine), {}};
+    position_ = position_at(epoch, start_step);
     for (const CallbackPtr& callback : options.callbacks) callback->on_epoch_begin(*this, epoch);
     if (verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
     std::vector<std::int64_t> order = permutation(samples, options.shuffle, shuffle_engine);
@@ -347,7 +376,7 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
                                        validation_batch, 0);
       for (const auto& [name, value] : validation) logs["val_" + name] = value;
     }
-    position_ = {epoch + 1, 0, engine_state(shuffle_engine), {}};
+    position_ = position_at(epoch + 1, 0);
     for (const CallbackPtr& callback : options.callbacks) {
       callback->on_epoch_end(*this, epoch, logs);
     }

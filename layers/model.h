@@ -53,7 +53,7 @@ struct FitOptions {
   bool shuffle = true;
   ValidationData validation_data = {};
   std::vector<CallbackPtr> callbacks = {};
-  // "auto" (Keras' default): a bar on a terminal, one line per epoch otherwise (the rule and
+  // "auto" (the default): a bar on a terminal, one line per epoch otherwise (the rule and
   // the KERAS_PROGRESS flag are in layers/progress_output.h); 0 silent; 1 bar; 2 epoch lines.
   Verbose verbose = "auto";
   std::int64_t validation_batch_size = 0;  // 0: same as batch_size
@@ -64,16 +64,30 @@ struct EvaluateOptions {
   Verbose verbose = "auto";
 };
 
-// Where fit() is, for callbacks that save a run to resume it (BackupAndRestore): the epoch
-// being run (0-based), the batches of it done (all of them: the epoch's end is still to run), the shuffling generator's state before that
-// epoch's permutation, and the global totals of those batches (loss sum, samples, then sum and
-// count per compiled metric) so the epoch's logs come out as an uninterrupted run's.
+// Where fit() is, for callbacks that save a run to resume it (BackupAndRestore).
 struct TrainingPosition {
-  int epoch = 0;
-  std::int64_t step = 0;
-  std::string shuffle_state;
+  int epoch = 0;          // the epoch being run, 0-based
+  std::int64_t step = 0;  // its batches done; all of them when only its end is still to run
+  std::string shuffle_state;  // the shuffling generator before this epoch's permutation
+  // The global totals of those batches (loss sum, samples, then sum and count per compiled
+  // metric), so the epoch's logs come out as an uninterrupted run's.
   std::vector<double> totals;
+  // The learning rate before this epoch's on_epoch_begin callbacks ran: a resumed epoch starts
+  // from it, so a schedule applied at epoch begin is not applied twice.
+  double epoch_learning_rate = 0.0;
+  // The fit() call it belongs to: a backup of another dataset or batch size is refused.
+  std::int64_t samples = 0;
+  std::int64_t batch_size = 0;
+  std::int64_t steps = 0;  // batches per epoch
+  int epochs = 0;
 };
+
+// Throws ValueError unless `saved` (a position saved by an earlier run) can be resumed by the
+// fit() call at `run` with `metric_count` compiled metrics: same samples and batch size, an
+// epoch within the run's epochs (more epochs than before is fine), totals for its metrics, and
+// a shuffle state that reads back.
+void check_resumable(const TrainingPosition& saved, const TrainingPosition& run,
+                     std::size_t metric_count);
 
 struct History {
   std::vector<int> epoch;

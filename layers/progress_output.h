@@ -1,6 +1,6 @@
-// Where progress output goes and what it should look like there: Keras' verbose="auto" rule
-// (a progress bar on an interactive terminal, one line per epoch otherwise), made to hold
-// under mpirun too.
+// Where progress output goes and what it should look like there: verbose="auto" gives a
+// progress bar on an interactive terminal and one line per epoch otherwise (tf.keras 2 chose by
+// where output goes; Keras 3 maps "auto" to the bar everywhere), made to hold under mpirun too.
 //
 // The rule. Output reaches a terminal when the stream is one (isatty) — except under mpirun,
 // which gives every rank a pseudo-terminal even when the user sent mpirun's own output to a

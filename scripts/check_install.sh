@@ -1,30 +1,41 @@
 #!/usr/bin/env bash
-# Installs keras-cpp from a clean release build into a scratch prefix and builds
-# examples/consumer/ against the installed tree only (never the build tree), twice: with
-# find_package(keras) and with pkg-config. Both programs train a small model and must learn.
-# CI runs this; users can too:  bash scripts/check_install.sh [prefix]
+# Installs keras-cpp from the release preset's build into a scratch prefix and builds two
+# projects of their own against the installed tree only (never the build tree):
+# examples/consumer/ with find_package(keras) and with pkg-config (the whole library: trains a
+# small model), and examples/consumer_engine/ with find_package(keras COMPONENTS engine),
+# which must not need MPI. Each program must get its answer right.
+# CI runs this on a clean clone; users can too:  bash scripts/check_install.sh [prefix]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-prefix="${1:-$(mktemp -d /tmp/keras-install.XXXXXX)}"
-consumer_build="$(mktemp -d /tmp/keras-consumer.XXXXXX)"
-trap 'rm -rf "$consumer_build"' EXIT
+scratch="$(mktemp -d /tmp/keras-install-check.XXXXXX)"
+trap 'rm -rf "$scratch"' EXIT
+prefix="${1:-$scratch/prefix}"
 
 # The documented install: the release preset, its libraries, cmake --install.
 cmake --preset release >/dev/null
 cmake --build --preset release -j2 --target keras_engine keras_distribution keras_layers
 cmake --install build/release --prefix "$prefix"
 
-# A project of its own, with find_package(keras 0.1 REQUIRED) and keras::keras. The source
-# tree is not on any include path: only the prefix is given.
-cmake -S examples/consumer -B "$consumer_build/cmake" -DCMAKE_PREFIX_PATH="$prefix" \
+# find_package(keras 0.1 REQUIRED) and keras::keras; only the prefix is given, the source tree
+# is on no include path.
+cmake -S examples/consumer -B "$scratch/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
       -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$consumer_build/cmake"
-"$consumer_build/cmake/consumer"
+cmake --build "$scratch/consumer"
+"$scratch/consumer/consumer"
 
-# The same program built with nothing but pkg-config's flags.
-export PKG_CONFIG_PATH="$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+# The engine alone: COMPONENTS engine loads neither the distribution layer nor MPI.
+cmake -S examples/consumer_engine -B "$scratch/consumer_engine" -DCMAKE_PREFIX_PATH="$prefix" \
+      -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$scratch/consumer_engine"
+"$scratch/consumer_engine/engine_consumer"
+
+# The whole-library program again, built with nothing but pkg-config's flags. The .pc file is
+# wherever GNUInstallDirs put the libraries (lib, lib64 or lib/<multiarch>).
+pc_file="$(find "$prefix" -path '*/pkgconfig/keras.pc' | head -n 1)"
+[ -n "$pc_file" ] || { echo "check_install: no keras.pc under $prefix" >&2; exit 1; }
+export PKG_CONFIG_PATH="$(dirname "$pc_file")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 echo "pkg-config keras $(pkg-config --modversion keras)"
 # shellcheck disable=SC2046  # pkg-config's output is a list of flags, split on purpose
-g++ -O2 examples/consumer/main.cpp -o "$consumer_build/consumer_pkg_config" $(pkg-config --cflags --libs keras)
-"$consumer_build/consumer_pkg_config"
-echo "install check passed: $prefix"
+g++ -O2 examples/consumer/main.cpp -o "$scratch/consumer_pkg_config" $(pkg-config --cflags --libs keras)
+"$scratch/consumer_pkg_config"
+echo "install check passed (prefix $prefix)"

@@ -41,7 +41,7 @@ def main():
             for row in reader:
                 if row["placement"] != arguments.placement:
                     continue
-                key = (row["backend"], row["implementation"])
+                key = (row["backend"], row["implementation"], row["processes"])
                 lines.setdefault(key, []).append((int(row["size_bytes"]), float(row["busbw_gbps"])))
                 processes.add(row["processes"])
     if not lines:
@@ -49,13 +49,14 @@ def main():
     plt = plotting.pyplot()
     figure, axis = plt.subplots(figsize=(7.5, 4.4))
     colours = {}
-    for (backend, implementation), points in sorted(lines.items()):
+    several_counts = len(processes) > 1
+    for (backend, implementation, count), points in sorted(lines.items()):
         points.sort()
         colour = colours.setdefault(backend, f"C{len(colours)}")
         ours = implementation.startswith("keras-cpp")
         axis.plot([p[0] for p in points], [p[1] for p in points], "-o" if ours else "--s",
                   color=colour, markersize=3.5, alpha=1.0 if ours else 0.75,
-                  label=f"{backend}: {implementation}")
+                  label=f"{backend}: {implementation}" + (f", {count} processes" if several_counts else ""))
     axis.set_xscale("log", base=2)
     sizes = sorted({size for points in lines.values() for size, _ in points})
     ticks = sizes[:: max(1, len(sizes) // 10)]

@@ -19,10 +19,23 @@ def read_history(path):
         text = handle.read()
     if not text.strip():
         sys.exit(f"{path} is empty: no epoch has ended yet")
-    dialect = csv.Sniffer().sniff(text.splitlines()[0], delimiters=",;\t| ")
+    try:
+        dialect = csv.Sniffer().sniff(text.splitlines()[0], delimiters=",;\t| ")
+    except csv.Error:
+        sys.exit(f"{path} is not a CSVLogger file: its header has no separator")
     rows = list(csv.DictReader(text.splitlines(), dialect=dialect))
     if not rows or "epoch" not in rows[0]:
         sys.exit(f"{path} is not a CSVLogger file: it has no 'epoch' column")
+    # A run resumed by BackupAndRestore appends to the file and may repeat the epoch it was
+    # killed in (or a whole history, when a finished run is started again): the last row of
+    # each epoch is the one that counted.
+    last_of_epoch = {}
+    for row in rows:
+        try:
+            last_of_epoch[int(row["epoch"])] = row
+        except (TypeError, ValueError):
+            sys.exit(f"{path}: epoch {row.get('epoch')!r} is not an integer")
+    rows = [last_of_epoch[epoch] for epoch in sorted(last_of_epoch)]
     columns = {}
     for name in rows[0]:
         if name == "epoch":
@@ -36,8 +49,7 @@ def read_history(path):
             except (TypeError, ValueError):  # "NA": this epoch did not have it
                 values.append(None)
         columns[name] = values
-    # Epochs are 0-based in the file (as Keras writes them); the axis counts from 1. A resumed
-    # run that appended may repeat an epoch: the later row is the one that counted.
+    # Epochs are 0-based in the file (as Keras writes them); the axis counts from 1.
     epochs = [int(row["epoch"]) + 1 for row in rows]
     return columns, epochs
 

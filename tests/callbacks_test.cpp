@@ -154,19 +154,23 @@ struct RunResult {
 };
 
 // The same program each time, as a restarted process would run it: same seeds, same model.
+// 120 samples in batches of 16: 8 batches an epoch, the last one short (8 samples).
 RunResult train(const std::string& backup_dir, BackupAndRestore::Options options,
-                std::shared_ptr<Callback> interrupt = nullptr) {
+                std::shared_ptr<Callback> interrupt = nullptr, std::int64_t batch_size = 16) {
   clear_session();
   set_random_seed(3);
-  Blobs data = make_blobs(128, 9), validation = make_blobs(32, 10);
+  Blobs data = make_blobs(120, 9), validation = make_blobs(32, 10);
   Sequential model({layers::Dense(8, "relu"), layers::Dropout(0.2), layers::Dense(3)});
   model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true), {"accuracy"});
   model.predict(ops::slice(data.x, {0, 0}, {1, 2}));  // builds it, as Keras requires
   RunResult result;
   result.backup = std::make_shared<BackupAndRestore>(backup_dir, options);
-  std::vector<CallbackPtr> callbacks = {result.backup};
+  // A schedule that depends on the current rate: a resumed epoch must not apply it twice.
+  auto schedule = std::make_shared<LearningRateScheduler>(
+      [](int epoch, double rate) { return epoch == 0 ? rate : rate * 0.7; });
+  std::vector<CallbackPtr> callbacks = {schedule, result.backup};
   if (interrupt) callbacks.push_back(interrupt);
-  result.history = model.fit(data.x, data.y, {.batch_size = 16, .epochs = 3,
+  result.history = model.fit(data.x, data.y, {.batch_size = batch_size, .epochs = 3,
                                               .validation_data = {validation.x, validation.y},
                                               .callbacks = callbacks, .verbose = 0});
   for (const Tensor& weight : model.weights()) result.weights.push_back(weight.to_vector<double>());
@@ -211,6 +215,9 @@ TEST_F(CallbacksTest, BackupAndRestoreInBatchesResumesAtTheBatch) {
   EXPECT_EQ(resumed.backup->restored_epoch(), 1);
   EXPECT_EQ(resumed.backup->restored_step(), 4);
   expect_same_run(resumed, reference);
+  EXPECT_EQ(resumed.history.history.at("learning_rate"),
+            std::vector<double>(reference.history.history.at("learning_rate").begin() + 1,
+                                reference.history.history.at("learning_rate").end()));
   // The epoch totals so far came back too: the resumed epoch's loss is the uninterrupted one's.
   EXPECT_NEAR(resumed.history.history.at("loss").front(), reference.history.history.at("loss")[1],
               1e-9);
@@ -245,6 +252,10 @@ TEST_F(CallbacksTest, BackupAndRestoreRefusesWhatItCannotResume) {
       "must be built before fit()");
   // A backup of another model.
   EXPECT_THROW(train(file("b"), {}, std::make_shared<Interrupt>(1, 0)), std::runtime_error);
+  // ... and of another run of this model (another batch size), which would resume wrongly.
+  expect_throw_with<ValueError>([&] { train(file("b"), {}, nullptr, 24); },
+                                "120 samples in batches of 16; this one has 120 samples in "
+                                "batches of 24");
   clear_session();
   Sequential other({layers::Dense(5, "relu"), layers::Dense(3)});
   other.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));

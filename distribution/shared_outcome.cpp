@@ -1,0 +1,24 @@
+// agree_on_failure: one all-reduce of a failure flag over the world.
+#include "distribution/shared_outcome.h"
+
+#include <cstdint>
+
+#include "distribution/runtime.h"
+#include "engine/errors.h"
+
+namespace keras::distribution {
+
+void agree_on_failure(std::exception_ptr failure, const std::string& what) {
+  Communicator& everyone = world();
+  if (everyone.size() > 1) {
+    std::int64_t failed = failure ? 1 : 0;
+    everyone.all_reduce(&failed, 1, DType::int64, ReduceOperation::max);
+    if (failed != 0 && !failure) {
+      throw Error(str(what, " failed on another process (its message says why); process ",
+                      everyone.rank(), " stops with it"));
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace keras::distribution
