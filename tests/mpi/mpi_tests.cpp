@@ -4,6 +4,7 @@
 // training on one process with the same global batch and seed.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <thread>
 
 #include "distribution/gradient_reducer.h"
@@ -296,6 +297,42 @@ TEST(DataParallelTraining, DifferentArgumentsOnOneRankAreAnError) {
   expect_throw_with<ValueError>(
       [&] { model.fit(data.x, data.y, {.batch_size = size() * 8 + 1, .verbose = 0}); },
       "divisible");
+  kd::set_distribution(nullptr);
+}
+
+// Process 0 alone opens a CSVLogger's file and writes a backup; when it cannot, every process
+// must stop at once with an error (the others used to go on into the first step's all-reduce
+// and wait there for the collective deadline).
+TEST(DataParallelTraining, AFileOnlyProcessZeroOpensFailsEveryProcess) {
+  clear_session();
+  kd::set_distribution(std::make_shared<kd::DataParallel>());
+  Dataset data = make_dataset(64);
+  Sequential model({layers::Dense(3)});
+  model.compile("sgd", "sparse_categorical_crossentropy");
+  model.predict(ops::slice(data.x, {0, 0}, {1, data.x.dim(1)}));
+  const std::string missing = "/proc/keras_cannot_exist/sub";  // not creatable, even by root
+  auto logger = std::make_shared<CSVLogger>(missing + "/history.csv");
+  auto fit_with = [&](CallbackPtr callback) {
+    model.fit(data.x, data.y, {.batch_size = 16, .epochs = 1, .callbacks = {callback}, .verbose = 0});
+  };
+  auto started = std::chrono::steady_clock::now();
+  if (rank() == 0) {
+    expect_throw_with<FileNotFoundError>([&] { fit_with(logger); }, "cannot open");
+  } else {
+    expect_throw_with<Error>([&] { fit_with(logger); }, "failed on another process");
+  }
+  auto backup = std::make_shared<BackupAndRestore>(missing);
+  if (rank() == 0) {
+    expect_throw_with<FileNotFoundError>([&] { fit_with(backup); }, "cannot create backup_dir");
+  } else {
+    expect_throw_with<Error>([&] { fit_with(backup); }, "failed on another process");
+  }
+  // Well inside the collective deadline (60 s in CTest): nobody waited for it.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 20.0);
+  // And the communicator is still usable: no collective was abandoned.
+  std::vector<double> one = {1.0};
+  kd::world().all_reduce(one.data(), 1, DType::float64, kd::ReduceOperation::sum);
+  EXPECT_EQ(one[0], static_cast<double>(size()));
   kd::set_distribution(nullptr);
 }
 
