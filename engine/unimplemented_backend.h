@@ -13,45 +13,28 @@ class UnimplementedBackend : public Backend {
  public:
   explicit UnimplementedBackend(std::string reason) : reason_(std::move(reason)) {}
 
-  void fill(Tensor&, double) override { fail("fill"); }
-  void cast(const Tensor&, Tensor&) override { fail("cast"); }
-  void unary(UnaryOp op, const Tensor&, Tensor&) override { fail(unary_op_name(op)); }
-  void unary_gradient(UnaryOp op, const Tensor&, const Tensor&, Tensor&) override {
-    fail(str(unary_op_name(op), " gradient"));
-  }
-  void binary(BinaryOp op, const Tensor&, const Tensor&, Tensor&) override {
-    fail(binary_op_name(op));
-  }
-  void where(const Tensor&, const Tensor&, const Tensor&, Tensor&) override { fail("where"); }
-  void reduce(ReduceOp, const Tensor&, const std::vector<int>&, Tensor&) override {
-    fail("reduce");
-  }
-  void arg_reduce(bool, const Tensor&, int, Tensor&) override { fail("argmax/argmin"); }
-  void matmul(const Tensor&, const Tensor&, bool, bool, Tensor&) override { fail("matmul"); }
-  void transpose(const Tensor&, const std::vector<int>&, Tensor&) override { fail("transpose"); }
-  void copy_slice(const Tensor&, const Shape&, Tensor&) override { fail("slice"); }
-  void write_slice(const Tensor&, const Shape&, Tensor&) override { fail("write_slice"); }
-  void take(const Tensor&, const Tensor&, int, Tensor&) override { fail("take"); }
-  void take_gradient(const Tensor&, const Tensor&, int, Tensor&) override {
-    fail("take gradient");
-  }
-  void one_hot(const Tensor&, Tensor&) override { fail("one_hot"); }
-  void softmax(const Tensor&, int, bool, Tensor&) override { fail("softmax"); }
-  void softmax_gradient(const Tensor&, const Tensor&, int, bool, Tensor&) override {
-    fail("softmax gradient");
-  }
-  void random(const RandomSpec&, const Shape&, const Shape&, Tensor&) override {
-    fail("random");
-  }
-  void sgd_update(const SgdUpdate&, Tensor&, const Tensor&, Tensor&) override {
-    fail("SGD update");
-  }
-  void adam_update(const AdamUpdate&, Tensor&, const Tensor&, Tensor&, Tensor&) override {
-    fail("Adam update");
-  }
+#define KERAS_REFUSE_KERNEL(name, parameters, arguments) \
+  void name parameters override { fail(#name, KERAS_UNPACK arguments); }
+#define KERAS_UNPACK(...) __VA_ARGS__
+  KERAS_KERNELS(KERAS_REFUSE_KERNEL)
+#undef KERAS_UNPACK
+#undef KERAS_REFUSE_KERNEL
 
  private:
-  [[noreturn]] void fail(const std::string& kernel) const {
+  // The unary and binary kernels are named by their op ("exp has no GPU implementation").
+  template <typename... Arguments>
+  [[noreturn]] void fail(const char* kernel, UnaryOp op, const Arguments&...) const {
+    refuse(str(unary_op_name(op), std::string(kernel) == "unary" ? "" : " gradient"));
+  }
+  template <typename... Arguments>
+  [[noreturn]] void fail(const char*, BinaryOp op, const Arguments&...) const {
+    refuse(binary_op_name(op));
+  }
+  template <typename First, typename... Arguments>
+  [[noreturn]] void fail(const char* kernel, const First&, const Arguments&...) const {
+    refuse(kernel);
+  }
+  [[noreturn]] void refuse(const std::string& kernel) const {
     throw NotImplementedError(str(kernel, " has no GPU implementation: ", reason_));
   }
   std::string reason_;

@@ -7,6 +7,7 @@
 #include "engine/backend.h"
 #include "engine/cpu/kernels.h"
 #include "engine/gpu_runtime.h"
+#include "engine/unimplemented_backend.h"
 #include "tests/test_helpers.h"
 
 namespace keras {
@@ -37,6 +38,25 @@ TEST(Tensor, GpuTensorsFailClearlyWithoutAGpu) {
   if (gpu::device_count() > 0) GTEST_SKIP() << "a GPU is present";
   // CPU-only build: "no GPU implementation"; CUDA build on a GPU-less machine: "does not exist".
   expect_throw_with<Error>([] { Tensor::zeros({2}, float32, Device::gpu(0)); }, "GPU");
+}
+
+// The backend without an implementation (a CPU-only build's GPU) is generated from
+// engine/kernel_list.h: every kernel refuses by name, unary and binary ones by their op.
+TEST(Backend, UnimplementedKernelsSayWhichAndWhy) {
+  UnimplementedBackend backend("a test reason");
+  Tensor x = Tensor::zeros({2}), out = Tensor::zeros({2});
+  expect_throw_with<NotImplementedError>([&] { backend.fill(out, 1.0); },
+                                         "fill has no GPU implementation: a test reason");
+  expect_throw_with<NotImplementedError>([&] { backend.unary(UnaryOp::exp, x, out); },
+                                         "exp has no GPU implementation");
+  expect_throw_with<NotImplementedError>(
+      [&] { backend.unary_gradient(UnaryOp::relu, x, x, out); }, "relu gradient has no GPU");
+  expect_throw_with<NotImplementedError>([&] { backend.binary(BinaryOp::power, x, x, out); },
+                                         "power has no GPU implementation");
+  expect_throw_with<NotImplementedError>([&] { backend.matmul(x, x, false, true, out); },
+                                         "matmul has no GPU implementation");
+  expect_throw_with<NotImplementedError>(
+      [&] { backend.adam_update({}, out, x, out, out); }, "adam_update has no GPU implementation");
 }
 
 TEST(Allocator, ReusesFreedBlocksInsteadOfAllocatingAgain) {

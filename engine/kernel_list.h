@@ -1,0 +1,68 @@
+// Every kernel a backend implements, listed once. Adding a kernel means adding one line here
+// and its implementation in each backend folder (engine/cpu/, engine/cuda/); the Backend
+// interface (engine/backend.h), the CPU binding (engine/cpu/cpu_backend.cpp), the CPU
+// declarations (engine/cpu/kernels.h) and the "no GPU implementation" backend
+// (engine/unimplemented_backend.h) are all generated from this list.
+//
+// KERAS_KERNELS(X) calls X(name, parameters, arguments) for each kernel: `parameters` is the
+// parenthesised parameter list, `arguments` the same names as a call's argument list.
+// Contracts (kernels only compute; ops check arguments first):
+//   fill            out = value
+//   cast            out = x converted to out's dtype (a plain copy when they match)
+//   unary           out = op(x)
+//   unary_gradient  input_gradient = output_gradient * op'(x), fused (relu, gelu, tanh, sigmoid)
+//   binary          out = op(a, b) with NumPy broadcasting from a and b to out's shape
+//   where           out = condition ? a : b, broadcasting
+//   reduce          over `axes` (sorted, unique); out has x's rank with those axes set to 1
+//   arg_reduce      int64 index of the largest (or smallest) element along axis; out drops it
+//   matmul          out = op(a) @ op(b) on the last two axes; rank 2, or rank 3 with a batch axis
+//   transpose       out = x with its axes permuted
+//   copy_slice      out = x[starts[0] : starts[0] + out.dim(0), …]
+//   write_slice     destination[starts[0] : starts[0] + source.dim(0), …] = source
+//   take            gathers along axis; indices int32/int64, already range-checked
+//   take_gradient   input_gradient (zero-filled by the kernel) += scatter of output_gradient
+//   one_hot         out[..., indices[...]] = 1, 0 elsewhere; out's last axis is the depth
+//   softmax         softmax (log=false) or log_softmax (log=true) along axis
+//   softmax_gradient  their gradient from the output y
+//   random          the block at `starts` of the `full_shape` random tensor of `spec`
+//   sgd_update / adam_update  in-place optimizer steps (velocity / moments updated too)
+#pragma once
+
+#define KERAS_KERNELS(X)                                                                        \
+  X(fill, (Tensor & out, double value), (out, value))                                           \
+  X(cast, (const Tensor& x, Tensor& out), (x, out))                                             \
+  X(unary, (UnaryOp op, const Tensor& x, Tensor& out), (op, x, out))                            \
+  X(unary_gradient,                                                                             \
+    (UnaryOp op, const Tensor& x, const Tensor& output_gradient, Tensor& input_gradient),       \
+    (op, x, output_gradient, input_gradient))                                                   \
+  X(binary, (BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out), (op, a, b, out))      \
+  X(where, (const Tensor& condition, const Tensor& a, const Tensor& b, Tensor& out),            \
+    (condition, a, b, out))                                                                     \
+  X(reduce, (ReduceOp op, const Tensor& x, const std::vector<int>& axes, Tensor& out),          \
+    (op, x, axes, out))                                                                         \
+  X(arg_reduce, (bool largest, const Tensor& x, int axis, Tensor& out), (largest, x, axis, out)) \
+  X(matmul, (const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, Tensor& out), \
+    (a, b, transpose_a, transpose_b, out))                                                      \
+  X(transpose, (const Tensor& x, const std::vector<int>& permutation, Tensor& out),             \
+    (x, permutation, out))                                                                      \
+  X(copy_slice, (const Tensor& x, const Shape& starts, Tensor& out), (x, starts, out))          \
+  X(write_slice, (const Tensor& source, const Shape& starts, Tensor& destination),              \
+    (source, starts, destination))                                                              \
+  X(take, (const Tensor& x, const Tensor& indices, int axis, Tensor& out), (x, indices, axis, out)) \
+  X(take_gradient,                                                                              \
+    (const Tensor& output_gradient, const Tensor& indices, int axis, Tensor& input_gradient),   \
+    (output_gradient, indices, axis, input_gradient))                                           \
+  X(one_hot, (const Tensor& indices, Tensor& out), (indices, out))                              \
+  X(softmax, (const Tensor& x, int axis, bool log, Tensor& out), (x, axis, log, out))           \
+  X(softmax_gradient,                                                                           \
+    (const Tensor& y, const Tensor& output_gradient, int axis, bool log, Tensor& input_gradient), \
+    (y, output_gradient, axis, log, input_gradient))                                            \
+  X(random, (const RandomSpec& spec, const Shape& full_shape, const Shape& starts, Tensor& out), \
+    (spec, full_shape, starts, out))                                                            \
+  X(sgd_update,                                                                                 \
+    (const SgdUpdate& settings, Tensor& variable, const Tensor& gradient, Tensor& velocity),    \
+    (settings, variable, gradient, velocity))                                                   \
+  X(adam_update,                                                                                \
+    (const AdamUpdate& settings, Tensor& variable, const Tensor& gradient,                      \
+     Tensor& first_moment, Tensor& second_moment),                                              \
+    (settings, variable, gradient, first_moment, second_moment))
