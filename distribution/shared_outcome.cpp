@@ -8,9 +8,11 @@
 
 namespace keras::distribution {
 
+bool processes_train_together() { return world().size() > 1; }
+
 void agree_on_failure(std::exception_ptr failure, const std::string& what) {
   Communicator& everyone = world();
-  if (everyone.size() > 1) {
+  if (processes_train_together()) {
     std::int64_t failed = failure ? 1 : 0;
     everyone.all_reduce(&failed, 1, DType::int64, ReduceOperation::max);
     if (failed != 0 && !failure) {

@@ -8,9 +8,14 @@
 
 namespace keras::distribution {
 
-// Every process of the world calls this with its own outcome (null: success). When any
-// failed, each throws: its own exception where it failed, an Error naming `what` elsewhere.
-// One 8-byte all-reduce; free with one process.
+// Whether the processes train together: there is more than one. fit() runs on every process of
+// the job, with or without a distribution (it checks its arguments across them first), so its
+// callbacks can agree across the world.
+bool processes_train_together();
+
+// When processes_train_together(), every process calls this with its own outcome (null:
+// success); when any failed, each throws: its own exception where it failed, an Error naming
+// `what` elsewhere. One 8-byte all-reduce. Otherwise it rethrows this process's failure.
 void agree_on_failure(std::exception_ptr failure, const std::string& what);
 
 }  // namespace keras::distribution

@@ -114,7 +114,7 @@ bool exists_everywhere(const std::string& path) {
   std::error_code error;
   const std::int64_t here = std::filesystem::exists(path, error) ? 1 : 0;
   distribution::Communicator& world = distribution::world();
-  if (world.size() == 1) return here == 1;
+  if (!distribution::processes_train_together()) return here == 1;
   std::int64_t counts[2] = {here, -here};
   world.all_reduce(counts, 2, DType::int64, distribution::ReduceOperation::max);
   const bool any = counts[0] == 1, all = -counts[1] == 1;
@@ -333,7 +333,7 @@ void BackupAndRestore::on_train_begin(Model& model) {
     distribution::Communicator& world = distribution::world();
     // Any failed; any found the file unreadable; any failed otherwise (another model or run).
     std::int64_t outcome[3] = {failure ? 1 : 0, unreadable ? 1 : 0, failure && !unreadable ? 1 : 0};
-    if (world.size() > 1) {
+    if (distribution::processes_train_together()) {
       world.all_reduce(outcome, 3, DType::int64, distribution::ReduceOperation::max);
     }
     if (outcome[0] == 0) {
@@ -370,7 +370,8 @@ void BackupAndRestore::on_train_begin(Model& model) {
 void BackupAndRestore::save(Model& model) {
   // Process 0 writes (checkpoint::write_file), so it makes the folder; the others learn whether
   // it could before they gather tensors for it.
-  const bool writer = distribution::process_id() == 0;
+  const bool together = distribution::processes_train_together();
+  const bool writer = !together || distribution::process_id() == 0;
   std::error_code error;
   std::exception_ptr failure;
   if (writer) {
@@ -423,7 +424,7 @@ void BackupAndRestore::save(Model& model) {
     std::filesystem::rename(latest_path(), previous_path(), error);  // none yet: nothing to keep
   }
   checkpoint::write_file(latest_path(), tensors, metadata,
-                         /*collective=*/distribution::world().size() > 1, "BackupAndRestore");
+                         /*collective=*/together, "BackupAndRestore");
   batches_since_save_ = 0;
 }
 
@@ -438,14 +439,15 @@ void BackupAndRestore::on_epoch_end(Model& model, int, Logs&) {
 
 void BackupAndRestore::on_train_end(Model&) {
   if (!options_.delete_checkpoint) return;
-  if (distribution::process_id() == 0) {
+  const bool together = distribution::processes_train_together();
+  if (!together || distribution::process_id() == 0) {
     std::error_code error;
     std::filesystem::remove(latest_path(), error);
     std::filesystem::remove(previous_path(), error);
     std::filesystem::remove(backup_dir_, error);  // only when empty: it may hold other files
   }
   // Before any process looks for a backup again (a next fit() on the same folder).
-  if (distribution::world().size() > 1) distribution::world().barrier();
+  if (together) distribution::world().barrier();
 }
 
 }  // namespace keras

@@ -38,8 +38,9 @@ CSVLogger::CSVLogger(std::string filename, char separator, bool append)
 void CSVLogger::on_train_begin(Model&) {
   keys_.clear();
   file_.reset();
-  // Process 0 writes; every process learns whether it could (distribution/shared_outcome.h).
-  if (distribution::process_id() != 0) {
+  // Process 0 writes when processes train together; every process learns whether it could
+  // (distribution/shared_outcome.h).
+  if (distribution::processes_train_together() && distribution::process_id() != 0) {
     distribution::agree_on_failure(nullptr, str("CSVLogger: opening '", filename_, "'"));
     return;
   }

@@ -1,6 +1,6 @@
 // Keras' CSVLogger: one row per epoch of the logs ("epoch" then the log names in sorted
 // order), written and flushed as each epoch ends, so a crashed run keeps the rows it reached.
-// scripts/plot_history.py draws the file. Under a distribution process 0 writes (the logs are
+// scripts/plot_history.py draws the file. On several processes process 0 writes (the logs are
 // global, the same on every process).
 #pragma once
 #include <cstdio>
