@@ -79,8 +79,11 @@ Verbose::Verbose(const std::string& word) : level_(-1) {
 }
 
 int Verbose::resolve(std::FILE* stream) const {
+  // Asked even for an explicit level, so a mistyped KERAS_PROGRESS is reported whatever
+  // verbose says, not only where "auto" or the bar would read it.
+  const bool terminal = progress_reaches_terminal(stream);
   if (!automatic()) return level_;
-  return progress_reaches_terminal(stream) ? 1 : 2;
+  return terminal ? 1 : 2;
 }
 
 }  // namespace keras

@@ -180,6 +180,7 @@ TEST_F(LayersTest, VerboseFollowsKerasAndTheProgressFlag) {
   ::setenv("KERAS_PROGRESS", "sometimes", 1);
   expect_throw_with<ValueError>([&] { Verbose("auto").resolve(file); },
                                 "KERAS_PROGRESS='sometimes' is not one of auto, bar or lines");
+  expect_throw_with<ValueError>([&] { Verbose(2).resolve(file); }, "KERAS_PROGRESS='sometimes'");
   ::unsetenv("KERAS_PROGRESS");
   std::fclose(file);
 }
