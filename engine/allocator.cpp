@@ -60,7 +60,15 @@ Pool& pool_for(Device device) {
 }
 
 void* system_allocate(std::size_t bytes, Device device) {
-  if (device.is_gpu()) return gpu::allocate(bytes, device.index);
+  if (device.is_gpu()) {
+    try {
+      return gpu::allocate(bytes, device.index);
+    } catch (const OutOfMemoryError&) {
+      // As below: cached blocks of other sizes may add up to enough. Free them and retry once.
+      release_cached_memory();
+      return gpu::allocate(bytes, device.index);
+    }
+  }
   void* pointer = std::aligned_alloc(kAlignment, bytes);
   if (pointer == nullptr) {
     // The cache may hold enough memory in blocks of other sizes: give it back and retry once.

@@ -51,6 +51,19 @@ Backend& backend_for(Device device);
 Backend& cpu_backend();
 Backend& gpu_backend();  // engine/cuda/ or engine/no_gpu/
 
+// For tests: while it lives, backend_for(cpu) gives `backend` (tests/gpu_emulation/ runs the
+// GPU kernels' code on CPU tensors this way). Not for concurrent use with other overrides.
+class ScopedCpuBackendOverride {
+ public:
+  explicit ScopedCpuBackendOverride(Backend& backend);
+  ~ScopedCpuBackendOverride();
+  ScopedCpuBackendOverride(const ScopedCpuBackendOverride&) = delete;
+  ScopedCpuBackendOverride& operator=(const ScopedCpuBackendOverride&) = delete;
+
+ private:
+  Backend* previous_;
+};
+
 const char* unary_op_name(UnaryOp op);
 const char* binary_op_name(BinaryOp op);
 

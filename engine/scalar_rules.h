@@ -1,5 +1,5 @@
 // What one element of an op gives at the edges of its type, written once for every backend
-// (the CUDA kernels include this too). The rules follow NumPy unless said otherwise:
+// (KERAS_HOST_DEVICE: the CUDA kernels call these too). The rules follow NumPy unless said otherwise:
 // - NaN propagates: relu, sign, maximum, minimum, max/min reductions give NaN where an input is
 //   NaN (NumPy's maximum, not fmax); argmax/argmin give the index of the first NaN.
 // - Integers wrap around (two's complement) on overflow in negative, abs, square, add,
@@ -15,10 +15,12 @@
 #include <limits>
 #include <type_traits>
 
+#include "engine/host_device.h"
+
 namespace keras::scalar {
 
 template <typename T>
-constexpr bool is_nan(T value) {
+KERAS_HOST_DEVICE constexpr bool is_nan(T value) {
   if constexpr (std::is_floating_point_v<T>) {
     return value != value;
   } else {
@@ -31,7 +33,7 @@ template <typename T>
 using Unsigned = std::make_unsigned_t<std::conditional_t<std::is_same_v<T, bool>, unsigned char, T>>;
 
 template <typename T>
-constexpr T add(T a, T b) {
+KERAS_HOST_DEVICE constexpr T add(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     return static_cast<T>(static_cast<Unsigned<T>>(static_cast<Unsigned<T>>(a) + static_cast<Unsigned<T>>(b)));
   } else {
@@ -40,7 +42,7 @@ constexpr T add(T a, T b) {
 }
 
 template <typename T>
-constexpr T subtract(T a, T b) {
+KERAS_HOST_DEVICE constexpr T subtract(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     return static_cast<T>(static_cast<Unsigned<T>>(static_cast<Unsigned<T>>(a) - static_cast<Unsigned<T>>(b)));
   } else {
@@ -49,7 +51,7 @@ constexpr T subtract(T a, T b) {
 }
 
 template <typename T>
-constexpr T multiply(T a, T b) {
+KERAS_HOST_DEVICE constexpr T multiply(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     // Unsigned types narrower than int promote to (signed) int; widen to 64 bits first.
     return static_cast<T>(static_cast<Unsigned<T>>(static_cast<std::uint64_t>(static_cast<Unsigned<T>>(a)) *
@@ -60,12 +62,12 @@ constexpr T multiply(T a, T b) {
 }
 
 template <typename T>
-constexpr T negative(T value) {
+KERAS_HOST_DEVICE constexpr T negative(T value) {
   return subtract(T{}, value);
 }
 
 template <typename T>
-constexpr T absolute(T value) {
+KERAS_HOST_DEVICE constexpr T absolute(T value) {
   if constexpr (std::is_unsigned_v<T>) {
     return value;
   } else if constexpr (std::is_integral_v<T>) {
@@ -76,21 +78,25 @@ constexpr T absolute(T value) {
 }
 
 template <typename T>
-constexpr T sign(T value) {
+KERAS_HOST_DEVICE constexpr T sign(T value) {
   if (is_nan(value)) return value;
-  return static_cast<T>((T{} < value) - (value < T{}));
+  if constexpr (std::is_unsigned_v<T>) {
+    return static_cast<T>(value != T{});
+  } else {
+    return static_cast<T>((T{} < value) - (value < T{}));
+  }
 }
 
 // NaN passes through; -0 gives +0, as max(x, 0) in IEEE 754-2019 and XLA.
 template <typename T>
-constexpr T relu(T value) {
+KERAS_HOST_DEVICE constexpr T relu(T value) {
   return value > T{} || is_nan(value) ? value : T{};
 }
 
 // -0 counts as below +0 (IEEE 754-2019 maximum/minimum, XLA), so results do not depend on the
 // order of the arguments (or of a reduction).
 template <typename T>
-constexpr T maximum(T a, T b) {
+KERAS_HOST_DEVICE constexpr T maximum(T a, T b) {
   if (is_nan(a)) return a;
   if (is_nan(b)) return b;
   if constexpr (std::is_floating_point_v<T>) {
@@ -100,7 +106,7 @@ constexpr T maximum(T a, T b) {
 }
 
 template <typename T>
-constexpr T minimum(T a, T b) {
+KERAS_HOST_DEVICE constexpr T minimum(T a, T b) {
   if (is_nan(a)) return a;
   if (is_nan(b)) return b;
   if constexpr (std::is_floating_point_v<T>) {
@@ -112,7 +118,7 @@ constexpr T minimum(T a, T b) {
 // Integer division truncating toward zero, as C++ and the previous behaviour; the caller has
 // checked that b != 0.
 template <typename T>
-constexpr T divide_integer(T a, T b) {
+KERAS_HOST_DEVICE constexpr T divide_integer(T a, T b) {
   if constexpr (std::is_signed_v<T>) {
     if (b == -1) return negative(a);  // INT_MIN / -1 overflows in C++ (SIGFPE on x86)
   }
@@ -121,7 +127,7 @@ constexpr T divide_integer(T a, T b) {
 
 // a ** b for integers, b >= 0 (checked by the caller), by repeated squaring, wrapping.
 template <typename T>
-constexpr T power_integer(T base, T exponent) {
+KERAS_HOST_DEVICE constexpr T power_integer(T base, T exponent) {
   T result = 1;
   auto remaining = static_cast<Unsigned<T>>(exponent);
   while (remaining > 0) {
@@ -134,7 +140,7 @@ constexpr T power_integer(T base, T exponent) {
 
 // Float to integer (or integer to integer) conversion with XLA's rules; see the file comment.
 template <typename Out, typename In>
-constexpr Out convert(In value) {
+KERAS_HOST_DEVICE constexpr Out convert(In value) {
   if constexpr (std::is_same_v<Out, bool>) {
     return value != In{};  // NaN != 0: NaN is true, as in NumPy
   } else if constexpr (std::is_integral_v<Out> && std::is_floating_point_v<In>) {
@@ -149,6 +155,50 @@ constexpr Out convert(In value) {
   } else {
     return static_cast<Out>(value);
   }
+}
+
+// Floating-point activations and their derivatives, for the unary kernels and their fused
+// gradients (x is the op's input).
+template <typename T>
+KERAS_HOST_DEVICE T sigmoid(T x) {
+  return x >= 0 ? static_cast<T>(1) / (static_cast<T>(1) + std::exp(-x))
+                : std::exp(x) / (static_cast<T>(1) + std::exp(x));
+}
+
+// sqrt(1/2) and 1/sqrt(2*pi), to double precision.
+inline constexpr double kSqrtHalf = 0.70710678118654752440084436210485;
+inline constexpr double kInverseSqrtTwoPi = 0.39894228040143267793994605993438;
+
+template <typename T>
+KERAS_HOST_DEVICE T gelu(T x) {
+  return static_cast<T>(0.5) * x * (static_cast<T>(1) + std::erf(x * static_cast<T>(kSqrtHalf)));
+}
+
+// NaN in, NaN out: a NaN must not vanish from the gradient either. Written as two selects,
+// not nested branches, so that GCC vectorises it.
+template <typename T>
+KERAS_HOST_DEVICE T relu_derivative(T x) {
+  T step = x > T{} ? T{1} : T{};
+  return x != x ? x : step;
+}
+
+template <typename T>
+KERAS_HOST_DEVICE T tanh_derivative(T x) {
+  T t = std::tanh(x);
+  return T{1} - t * t;
+}
+
+template <typename T>
+KERAS_HOST_DEVICE T sigmoid_derivative(T x) {
+  T s = sigmoid(x);
+  return s * (T{1} - s);
+}
+
+template <typename T>
+KERAS_HOST_DEVICE T gelu_derivative(T x) {
+  T cdf = T{0.5} * (T{1} + std::erf(x * static_cast<T>(kSqrtHalf)));
+  T pdf = std::exp(T{-0.5} * x * x) * static_cast<T>(kInverseSqrtTwoPi);
+  return cdf + x * pdf;
 }
 
 }  // namespace keras::scalar

@@ -5,13 +5,19 @@
 //   3. for its gradient, in float64, against central finite differences of sum(op(x) * w).
 //   4. with NaN, +inf and -inf among its inputs, in float64 and float32, against the same
 //      reference: non-finite values propagate as in NumPy (a NaN is never masked to a number).
-// Adding an op to the engine means adding a row here. References use NumPy's NaN rules:
+// Each check runs on every backend (see TestDevice). Adding an op to the engine means adding a
+// row here. References use NumPy's NaN rules:
 // maximum/minimum/max/min/argmax propagate NaN (nan_max below), unlike std::max.
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <numbers>
 
+#include <optional>
+#include <tuple>
+
+#include "engine/gpu_runtime.h"
+#include "tests/gpu_emulation/host_launcher.h"
 #include "tests/test_helpers.h"
 
 namespace keras {
@@ -275,7 +281,7 @@ std::vector<OpCase> all_cases() {
                    }});
   cases.push_back({"take_axis0_repeated", {{4, 3}},
                    [](const auto& x) {
-                     return ops::take(x[0], Tensor::from_vector<std::int64_t>({2, 0, 2, -1}, {2, 2}), 0);
+                     return ops::take(x[0], Tensor::from_vector<std::int64_t>({2, 0, 2, -1}, {2, 2}).to(x[0].device()), 0);
                    },
                    [](const Inputs& in, const auto&) {
                      Values out;
@@ -285,7 +291,7 @@ std::vector<OpCase> all_cases() {
                    }});
   cases.push_back({"take_axis1", {{2, 4}},
                    [](const auto& x) {
-                     return ops::take(x[0], Tensor::from_vector<std::int32_t>({3, 1}, {2}), 1);
+                     return ops::take(x[0], Tensor::from_vector<std::int32_t>({3, 1}, {2}).to(x[0].device()), 1);
                    },
                    [](const Inputs& in, const auto&) {
                      return Values{in[0][3], in[0][1], in[0][7], in[0][5]};
@@ -306,7 +312,7 @@ std::vector<OpCase> all_cases() {
                    }});
   cases.push_back({"where", {{2, 3}, {3}},
                    [](const auto& x) {
-                     Tensor condition = Tensor::from_vector<bool>({true, false, true, false, false, true}, {2, 3});
+                     Tensor condition = Tensor::from_vector<bool>({true, false, true, false, false, true}, {2, 3}).to(x[0].device());
                      return ops::where(condition, x[0], x[1]);
                    },
                    [](const Inputs& in, const auto&) {
@@ -372,10 +378,47 @@ Tensor make_input(const Shape& shape, Domain domain, std::uint64_t seed) {
 // Prints a case by name in test listings.
 void PrintTo(const OpCase& op_case, std::ostream* stream) { *stream << op_case.name; }
 
-class OpTable : public ::testing::TestWithParam<OpCase> {};
+// Every case runs on every backend: the CPU; the GPU kernels' code run on host memory
+// (tests/gpu_emulation/, which checks their logic without a GPU); and the GPU when one exists.
+enum class TestDevice { cpu, emulated_gpu, gpu };
+
+std::string device_name(TestDevice device) {
+  switch (device) {
+    case TestDevice::cpu: return "cpu";
+    case TestDevice::emulated_gpu: return "gpu_kernels_on_host";
+    case TestDevice::gpu: return "gpu";
+  }
+  return "unknown";
+}
+
+void PrintTo(TestDevice device, std::ostream* stream) { *stream << device_name(device); }
+
+class OpTable : public ::testing::TestWithParam<std::tuple<OpCase, TestDevice>> {
+ protected:
+  void SetUp() override {
+    TestDevice device = std::get<1>(GetParam());
+    if (device == TestDevice::gpu && gpu::device_count() == 0) {
+      GTEST_SKIP() << "no GPU here (" << gpu::description()
+                   << "): the GPU half of the op table did not run";
+    }
+    if (device == TestDevice::emulated_gpu) override_.emplace(testing::emulated_gpu_backend());
+  }
+  const OpCase& op_case() const { return std::get<0>(GetParam()); }
+  Device device() const {
+    return std::get<1>(GetParam()) == TestDevice::gpu ? Device::gpu(0) : Device::cpu();
+  }
+  std::vector<Tensor> on_device(const std::vector<Tensor>& tensors) const {
+    std::vector<Tensor> moved;
+    for (const Tensor& tensor : tensors) moved.push_back(tensor.to(device()));
+    return moved;
+  }
+
+ private:
+  std::optional<ScopedCpuBackendOverride> override_;
+};
 
 TEST_P(OpTable, MatchesReferenceInFloat64AndFloat32) {
-  const OpCase& c = GetParam();
+  const OpCase& c = op_case();
   std::vector<Tensor> inputs;
   Inputs values;
   for (std::size_t i = 0; i < c.shapes.size(); ++i) {
@@ -383,6 +426,7 @@ TEST_P(OpTable, MatchesReferenceInFloat64AndFloat32) {
     values.push_back(inputs.back().to_vector<double>());
   }
   Values expected = c.reference(values, c.shapes);
+  inputs = on_device(inputs);
   testing::expect_close(c.op(inputs).to_vector<double>(), expected, 1e-12, c.name + " float64");
   std::vector<Tensor> inputs32;
   for (const Tensor& input : inputs) inputs32.push_back(input.astype(float32));
@@ -391,14 +435,15 @@ TEST_P(OpTable, MatchesReferenceInFloat64AndFloat32) {
 }
 
 TEST_P(OpTable, GradientMatchesFiniteDifferences) {
-  const OpCase& c = GetParam();
+  const OpCase& c = op_case();
   if (!c.differentiable) GTEST_SKIP() << c.name << " has no gradient";
   std::vector<Tensor> inputs;
   for (std::size_t i = 0; i < c.shapes.size(); ++i) {
-    inputs.push_back(make_input(c.shapes[i], c.domain, 2000 + i).clone().set_requires_grad(true));
+    inputs.push_back(
+        make_input(c.shapes[i], c.domain, 2000 + i).to(device()).clone().set_requires_grad(true));
   }
   Tensor output = c.op(inputs);
-  Tensor weights = testing::random_tensor(output.shape(), 77);
+  Tensor weights = testing::random_tensor(output.shape(), 77).to(device());
   ops::sum(output * weights).backward();
   auto objective = [&](const std::vector<Tensor>& x) {
     NoGradGuard no_grad;
@@ -414,9 +459,9 @@ TEST_P(OpTable, GradientMatchesFiniteDifferences) {
       std::vector<Tensor> plus = inputs, minus = inputs;
       Values shifted = base;
       shifted[j] = base[j] + step;
-      plus[i] = Tensor::from_vector(shifted, inputs[i].shape());
+      plus[i] = Tensor::from_vector(shifted, inputs[i].shape()).to(device());
       shifted[j] = base[j] - step;
-      minus[i] = Tensor::from_vector(shifted, inputs[i].shape());
+      minus[i] = Tensor::from_vector(shifted, inputs[i].shape()).to(device());
       numeric[j] = (objective(plus) - objective(minus)) / (2 * step);
     }
     testing::expect_close(analytic, numeric, c.gradient_tolerance, c.name + " gradient of input " + std::to_string(i));
@@ -439,7 +484,7 @@ void expect_same_nonfinite(const Values& actual, const Values& expected, double 
 }
 
 TEST_P(OpTable, NonFiniteInputsPropagateAsInNumPy) {
-  const OpCase& c = GetParam();
+  const OpCase& c = op_case();
   if (!c.nonfinite_inputs) GTEST_SKIP() << c.name << " takes no NaN inputs";
   std::vector<Tensor> inputs;
   Inputs values;
@@ -452,14 +497,22 @@ TEST_P(OpTable, NonFiniteInputsPropagateAsInNumPy) {
     values.push_back(v);
   }
   Values expected = c.reference(values, c.shapes);
+  inputs = on_device(inputs);
   expect_same_nonfinite(c.op(inputs).to_vector<double>(), expected, 1e-12, c.name + " float64");
   std::vector<Tensor> inputs32;
   for (const Tensor& input : inputs) inputs32.push_back(input.astype(float32));
   expect_same_nonfinite(c.op(inputs32).to_vector<double>(), expected, 2e-5, c.name + " float32");
 }
 
-INSTANTIATE_TEST_SUITE_P(AllOps, OpTable, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<OpCase>& parameter) { return parameter.param.name; });
+INSTANTIATE_TEST_SUITE_P(AllOps, OpTable,
+                         ::testing::Combine(::testing::ValuesIn(all_cases()),
+                                            ::testing::Values(TestDevice::cpu,
+                                                              TestDevice::emulated_gpu,
+                                                              TestDevice::gpu)),
+                         [](const auto& parameter) {
+                           return std::get<0>(parameter.param).name + "_on_" +
+                                  device_name(std::get<1>(parameter.param));
+                         });
 
 }  // namespace
 }  // namespace keras

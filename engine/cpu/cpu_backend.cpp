@@ -1,4 +1,6 @@
 // Binds the CPU kernels to the Backend interface, and maps devices to backends.
+#include <atomic>
+
 #include "engine/cpu/kernels.h"
 
 namespace keras {
@@ -12,7 +14,13 @@ class CpuBackend final : public Backend {
 #undef KERAS_FORWARD_TO_CPU
 };
 
+std::atomic<Backend*> cpu_override{nullptr};
+
 }  // namespace
+
+ScopedCpuBackendOverride::ScopedCpuBackendOverride(Backend& backend)
+    : previous_(cpu_override.exchange(&backend)) {}
+ScopedCpuBackendOverride::~ScopedCpuBackendOverride() { cpu_override.store(previous_); }
 
 Backend& cpu_backend() {
   static CpuBackend backend;
@@ -20,7 +28,11 @@ Backend& cpu_backend() {
 }
 
 Backend& backend_for(Device device) {
-  return device.is_cpu() ? cpu_backend() : gpu_backend();
+  if (device.is_cpu()) {
+    Backend* override = cpu_override.load(std::memory_order_relaxed);
+    return override != nullptr ? *override : cpu_backend();
+  }
+  return gpu_backend();
 }
 
 const char* unary_op_name(UnaryOp op) {

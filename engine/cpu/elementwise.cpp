@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <numbers>
 #include <type_traits>
 
 #include "engine/cpu/kernels.h"
@@ -11,16 +10,6 @@
 #include "engine/scalar_rules.h"
 
 namespace keras::cpu {
-
-std::vector<std::int64_t> broadcast_strides(const Shape& shape, const Shape& out_shape) {
-  std::vector<std::int64_t> own = row_major_strides(shape);
-  std::vector<std::int64_t> strides(out_shape.size(), 0);
-  std::size_t offset = out_shape.size() - shape.size();
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    strides[offset + i] = shape[i] == 1 ? 0 : own[i];
-  }
-  return strides;
-}
 
 namespace {
 
@@ -80,18 +69,6 @@ void map_contiguous(const In* x, Out* out, std::int64_t count, Fn fn) {
   });
 }
 
-template <typename T>
-T gelu_value(T x) {
-  return static_cast<T>(0.5) * x *
-         (static_cast<T>(1) + std::erf(x * static_cast<T>(std::numbers::sqrt2 / 2)));
-}
-
-template <typename T>
-T sigmoid_value(T x) {
-  return x >= 0 ? static_cast<T>(1) / (static_cast<T>(1) + std::exp(-x))
-                : std::exp(x) / (static_cast<T>(1) + std::exp(x));
-}
-
 }  // namespace
 
 void fill(Tensor& out, double value) {
@@ -146,8 +123,8 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out) {
             case UnaryOp::rsqrt: run([](T v) { return T{1} / std::sqrt(v); }); break;
             case UnaryOp::reciprocal: run([](T v) { return T{1} / v; }); break;
             case UnaryOp::tanh: run([](T v) { return std::tanh(v); }); break;
-            case UnaryOp::sigmoid: run([](T v) { return sigmoid_value(v); }); break;
-            case UnaryOp::gelu: run([](T v) { return gelu_value(v); }); break;
+            case UnaryOp::sigmoid: run([](T v) { return scalar::sigmoid(v); }); break;
+            case UnaryOp::gelu: run([](T v) { return scalar::gelu(v); }); break;
             default: break;
           }
         }
@@ -174,34 +151,10 @@ void unary_gradient(UnaryOp op, const Tensor& x, const Tensor& output_gradient,
       });
     };
     switch (op) {
-      // NaN in, NaN out: a NaN must not vanish from the gradient either.
-      case UnaryOp::relu:
-        // Written as two selects, not nested branches, so that GCC vectorises it.
-        run([](T v) {
-          T step = v > T{} ? T{1} : T{};
-          return v != v ? v : step;
-        });
-        break;
-      case UnaryOp::tanh:
-        run([](T v) {
-          T t = std::tanh(v);
-          return T{1} - t * t;
-        });
-        break;
-      case UnaryOp::sigmoid:
-        run([](T v) {
-          T s = sigmoid_value(v);
-          return s * (T{1} - s);
-        });
-        break;
-      case UnaryOp::gelu:
-        run([](T v) {
-          T cdf = T{0.5} * (T{1} + std::erf(v * static_cast<T>(std::numbers::sqrt2 / 2)));
-          T pdf = std::exp(T{-0.5} * v * v) * static_cast<T>(0.5 * std::numbers::inv_sqrtpi *
-                                                               std::numbers::sqrt2);
-          return cdf + v * pdf;
-        });
-        break;
+      case UnaryOp::relu: run([](T v) { return scalar::relu_derivative(v); }); break;
+      case UnaryOp::tanh: run([](T v) { return scalar::tanh_derivative(v); }); break;
+      case UnaryOp::sigmoid: run([](T v) { return scalar::sigmoid_derivative(v); }); break;
+      case UnaryOp::gelu: run([](T v) { return scalar::gelu_derivative(v); }); break;
       default:
         throw Error(str("internal error: no fused gradient for ", unary_op_name(op)));
     }

@@ -11,10 +11,12 @@ namespace {
 }  // namespace
 
 int device_count() { return 0; }
+std::string description() { return "this keras-cpp was built without CUDA"; }
 void* allocate(std::size_t, int) { no_gpu("GPU memory allocation"); }
 void free(void*, int) { no_gpu("GPU memory release"); }
 void copy_host_to_device(void*, const void*, std::size_t, int) { no_gpu("copy to GPU"); }
 void copy_device_to_host(void*, const void*, std::size_t, int) { no_gpu("copy from GPU"); }
 void copy_device_to_device(void*, const void*, std::size_t, int) { no_gpu("GPU copy"); }
+void synchronize(int) { no_gpu("GPU synchronisation"); }
 
 }  // namespace keras::gpu

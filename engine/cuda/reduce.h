@@ -1,0 +1,162 @@
+// GPU reductions. As on the CPU, the sorted axes are split into blocks of consecutive axes and
+// each block views its input as [outer, reduced, inner]. A block is reduced in two passes that
+// need no atomics and no shared memory, so the result does not depend on the launch shape or
+// the GPU (a sum is bit-for-bit the same on every run):
+//   1. each thread folds one chunk of kChunk consecutive reduced elements of one output line,
+//   2. each thread folds the chunk results of one line, in order.
+// Float sums accumulate in double, integer sums in unsigned 64 bits (wrapping as NumPy's do).
+// Consecutive threads take consecutive `inner` columns, so the column sums of a bias gradient
+// read coalesced memory; row sums (inner = 1) stride by `reduced` and are left for a warp-per-row
+// kernel once a GPU is at hand to measure it.
+#pragma once
+#include <type_traits>
+
+#include "engine/cuda/kernels.h"
+#include "engine/scalar_rules.h"
+
+namespace keras::gpu_kernels {
+
+inline constexpr std::int64_t kReduceChunk = 1024;
+
+template <typename T>
+using ReduceAccumulator =
+    std::conditional_t<std::is_floating_point_v<T>, double, std::uint64_t>;
+
+template <typename T, typename Accumulator>
+KERAS_HOST_DEVICE Accumulator fold(ReduceOp op, Accumulator total, T value) {
+  if (op == ReduceOp::sum) {
+    return total + static_cast<Accumulator>(value);
+  }
+  T current = static_cast<T>(total);
+  return static_cast<Accumulator>(op == ReduceOp::max ? scalar::maximum(current, value)
+                                                      : scalar::minimum(current, value));
+}
+
+// Max and min carry T's value in the accumulator: a double holds every float exactly, and an
+// unsigned 64-bit word every integer (converted back with the same static_cast).
+template <typename T>
+struct ReduceChunkBody {
+  ReduceOp op;
+  const T* in;
+  ReduceAccumulator<T>* partial;  // [outer * inner, chunks]
+  std::int64_t reduced, inner, chunks;
+  KERAS_HOST_DEVICE void operator()(std::int64_t flat) const {
+    std::int64_t chunk = flat % chunks;
+    std::int64_t line = flat / chunks;
+    std::int64_t o = line / inner, i = line % inner;
+    const T* base = in + o * reduced * inner + i;
+    std::int64_t begin = chunk * kReduceChunk;
+    std::int64_t end = begin + kReduceChunk < reduced ? begin + kReduceChunk : reduced;
+    using Accumulator = ReduceAccumulator<T>;
+    Accumulator total = op == ReduceOp::sum ? Accumulator{} : static_cast<Accumulator>(base[begin * inner]);
+    for (std::int64_t r = op == ReduceOp::sum ? begin : begin + 1; r < end; ++r) {
+      total = fold(op, total, base[r * inner]);
+    }
+    partial[flat] = total;
+  }
+};
+
+template <typename T>
+struct ReduceFinishBody {
+  ReduceOp op;
+  const ReduceAccumulator<T>* partial;
+  T* out;
+  std::int64_t chunks;
+  KERAS_HOST_DEVICE void operator()(std::int64_t line) const {
+    using Accumulator = ReduceAccumulator<T>;
+    Accumulator total = partial[line * chunks];
+    for (std::int64_t c = 1; c < chunks; ++c) {
+      Accumulator next = partial[line * chunks + c];
+      total = op == ReduceOp::sum ? total + next : fold(op, total, static_cast<T>(next));
+    }
+    out[line] = static_cast<T>(total);
+  }
+};
+
+template <class Launcher, typename T>
+void reduce_block(Launcher& launcher, ReduceOp op, const Tensor& in, Tensor& out,
+                  std::int64_t outer, std::int64_t reduced, std::int64_t inner) {
+  std::int64_t lines = outer * inner;
+  if (lines == 0) return;
+  if (reduced == 0) {  // a sum of nothing is 0 (ops refuse max and min of nothing)
+    fill(launcher, out, 0.0);
+    return;
+  }
+  std::int64_t chunks = (reduced + kReduceChunk - 1) / kReduceChunk;
+  DType accumulator_dtype = std::is_floating_point_v<T> ? DType::float64 : DType::int64;
+  Tensor partial = Tensor::empty({lines, chunks}, accumulator_dtype, in.device());
+  auto* partial_data = static_cast<ReduceAccumulator<T>*>(partial.raw_data());
+  launcher.for_each(lines * chunks, ReduceChunkBody<T>{op, static_cast<const T*>(in.raw_data()),
+                                                       partial_data, reduced, inner, chunks});
+  launcher.for_each(lines, ReduceFinishBody<T>{op, partial_data, static_cast<T*>(out.raw_data()),
+                                               chunks});
+}
+
+template <class Launcher>
+void reduce(Launcher& launcher, ReduceOp op, const Tensor& x, const std::vector<int>& axes,
+            Tensor& out) {
+  if (axes.empty()) {
+    launcher.copy(out.raw_data(), x.raw_data(), x.nbytes());
+    return;
+  }
+  dispatch_numeric(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    // Blocks of consecutive axes, the last reduced first (as engine/cpu/reduce.cpp).
+    std::vector<std::pair<int, int>> blocks;
+    for (int axis : axes) {
+      if (!blocks.empty() && blocks.back().second == axis - 1) {
+        blocks.back().second = axis;
+      } else {
+        blocks.emplace_back(axis, axis);
+      }
+    }
+    Tensor current = x;
+    Shape shape = x.shape();
+    for (int b = static_cast<int>(blocks.size()) - 1; b >= 0; --b) {
+      auto [first, last] = blocks[b];
+      std::int64_t outer = 1, reduced = 1, inner = 1;
+      for (int d = 0; d < first; ++d) outer *= shape[d];
+      for (int d = first; d <= last; ++d) reduced *= shape[d];
+      for (int d = last + 1; d < static_cast<int>(shape.size()); ++d) inner *= shape[d];
+      for (int d = first; d <= last; ++d) shape[d] = 1;
+      Tensor next = b == 0 ? out : Tensor::empty(shape, x.dtype(), x.device());
+      reduce_block<Launcher, T>(launcher, op, current, next, outer, reduced, inner);
+      current = next;
+    }
+  });
+}
+
+template <typename T>
+struct ArgReduceBody {
+  bool largest;
+  const T* in;
+  std::int64_t* out;
+  std::int64_t reduced, inner;
+  KERAS_HOST_DEVICE void operator()(std::int64_t flat) const {
+    std::int64_t o = flat / inner, i = flat % inner;
+    const T* base = in + o * reduced * inner + i;
+    // NumPy: the first NaN wins, as NaN is the maximum and the minimum.
+    std::int64_t best = 0;
+    for (std::int64_t r = 1; r < reduced && !scalar::is_nan(base[best * inner]); ++r) {
+      T value = base[r * inner];
+      T current = base[best * inner];
+      if (scalar::is_nan(value) || (largest ? value > current : value < current)) best = r;
+    }
+    out[flat] = best;
+  }
+};
+
+template <class Launcher>
+void arg_reduce(Launcher& launcher, bool largest, const Tensor& x, int axis, Tensor& out) {
+  dispatch_numeric(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    std::int64_t outer = 1, reduced = x.shape()[axis], inner = 1;
+    for (int d = 0; d < axis; ++d) outer *= x.shape()[d];
+    for (int d = axis + 1; d < x.rank(); ++d) inner *= x.shape()[d];
+    launcher.for_each(outer * inner,
+                      ArgReduceBody<T>{largest, static_cast<const T*>(x.raw_data()),
+                                       static_cast<std::int64_t*>(out.raw_data()), reduced, inner});
+  });
+}
+
+}  // namespace keras::gpu_kernels
