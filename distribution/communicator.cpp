@@ -33,31 +33,34 @@ void Communicator::set_timeout(std::chrono::milliseconds timeout) {
 }
 
 namespace {
-void check_cpu(const Tensor& tensor, const char* what) {
+void check_device(const Communicator& communicator, const Tensor& tensor, const char* what) {
   if (!tensor.defined()) throw ValueError(str(what, ": the tensor is undefined"));
-  if (!tensor.device().is_cpu()) {
-    throw NotImplementedError(str(what, ": tensors on ", tensor.device().to_string(),
-                                  " need the NCCL communicator (GPU issue); this one is for CPU"));
+  if (!communicator.accepts(tensor.device())) {
+    throw ValueError(str(what, " over group '", communicator.name(), "': the tensor is on ",
+                         tensor.device().to_string(), ", which this communicator does not serve",
+                         tensor.device().is_cpu() ? " (it is NCCL's: move the tensor to its GPU)"
+                                                  : " (CPU collectives need CPU tensors; GPUs "
+                                                    "need the NCCL communicator)"));
   }
 }
 }  // namespace
 
 void Communicator::all_reduce(Tensor& tensor, ReduceOperation operation) {
-  check_cpu(tensor, "all_reduce");
+  check_device(*this, tensor, "all_reduce");
   all_reduce(tensor.raw_data(), tensor.size(), tensor.dtype(), operation);
 }
 
 Tensor Communicator::all_gather(const Tensor& tensor) {
-  check_cpu(tensor, "all_gather");
+  check_device(*this, tensor, "all_gather");
   Shape shape = tensor.shape();
   shape.insert(shape.begin(), size());
-  Tensor out = Tensor::empty(shape, tensor.dtype());
+  Tensor out = Tensor::empty(shape, tensor.dtype(), tensor.device());
   all_gather(tensor.raw_data(), out.raw_data(), tensor.size(), tensor.dtype());
   return out;
 }
 
 Tensor Communicator::reduce_scatter(const Tensor& tensor, ReduceOperation operation) {
-  check_cpu(tensor, "reduce_scatter");
+  check_device(*this, tensor, "reduce_scatter");
   if (tensor.rank() == 0 || tensor.dim(0) % size() != 0) {
     throw ShapeError(str("reduce_scatter over ", name(), " (", size(),
                          " processes) needs a leading dimension divisible by ", size(),
@@ -65,13 +68,13 @@ Tensor Communicator::reduce_scatter(const Tensor& tensor, ReduceOperation operat
   }
   Shape shape = tensor.shape();
   shape[0] /= size();
-  Tensor out = Tensor::empty(shape, tensor.dtype());
+  Tensor out = Tensor::empty(shape, tensor.dtype(), tensor.device());
   reduce_scatter(tensor.raw_data(), out.raw_data(), out.size(), tensor.dtype(), operation);
   return out;
 }
 
 void Communicator::broadcast(Tensor& tensor, int root) {
-  check_cpu(tensor, "broadcast");
+  check_device(*this, tensor, "broadcast");
   broadcast(tensor.raw_data(), tensor.size(), tensor.dtype(), root);
 }
 

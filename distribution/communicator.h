@@ -1,7 +1,7 @@
 // Communicator: collectives over a group of processes, the only way distribution code moves data
 // between processes. Backends: a size-1 local group (every collective is a no-op or a copy, so
-// single-process code has no special branches), MPI for CPU processes (distribution/mpi/); the
-// NCCL backend for GPUs takes its place with the GPU issue. Every rank must issue the same
+// single-process code has no special branches), MPI for CPU processes (distribution/mpi/), Gloo for processes
+// started by hand (distribution/gloo/), NCCL between GPUs (distribution/nccl/). Every rank must issue the same
 // collectives in the same order. A collective that does not complete within the group's
 // timeout throws CollectiveError naming the operation and the group, instead of hanging.
 #pragma once
@@ -31,6 +31,9 @@ class Communicator {
   virtual int rank() const = 0;
   // "world", or "mesh axis 'model' (group 1 of 2)" — used in error messages.
   virtual const std::string& name() const = 0;
+  // Whether the buffers of the collectives may live on `device` (the CPU for MPI, Gloo and
+  // the local group; this process's GPU for NCCL).
+  virtual bool accepts(Device device) const { return device.is_cpu(); }
 
   // In place on a contiguous float32/float64/int32/int64 buffer of `count` elements.
   virtual void all_reduce(void* data, std::int64_t count, DType dtype,
@@ -45,7 +48,7 @@ class Communicator {
   // Processes with the same color form a new group, ordered by key (MPI_Comm_split).
   virtual std::shared_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
 
-  // Tensor conveniences (CPU tensors; contiguous by construction).
+  // Tensor conveniences, for tensors on a device the communicator accepts().
   void all_reduce(Tensor& tensor, ReduceOperation operation = ReduceOperation::sum);
   Tensor all_gather(const Tensor& tensor);  // concatenated along a new leading axis
   Tensor reduce_scatter(const Tensor& tensor, ReduceOperation operation = ReduceOperation::sum);

@@ -22,6 +22,10 @@
 #include "distribution/mpi/mpi_communicator.h"
 #include "engine/environment.h"
 #include "engine/gpu_runtime.h"
+#include "distribution/local_gpu.h"
+#if defined(KERAS_HAS_NCCL)
+#include "distribution/nccl/nccl_communicator.h"
+#endif
 #include "engine/random.h"
 
 namespace keras::distribution {
@@ -29,6 +33,8 @@ namespace {
 
 std::mutex state_mutex;
 bool initialized = false;
+std::optional<int> chosen_gpu;
+std::shared_ptr<Communicator> gpu_world_communicator;
 std::atomic<bool> distribution_created{false};
 std::shared_ptr<Communicator> world_communicator;
 
@@ -272,6 +278,36 @@ std::vector<std::string> parse_job_addresses(const std::string& addresses,
   return result;
 }
 
+namespace {
+// Each process takes the GPU of its local rank; with several processes and NCCL, the GPUs
+// form the NCCL world. A host with fewer GPUs than processes stops every process.
+void choose_gpu() {
+  if (gpu::device_count() == 0) return;
+  HostPlace place = place_on_host(*world_communicator);
+  std::exception_ptr failure;
+  int chosen = -1;
+  try {
+    chosen = choose_local_gpu(place, gpu::device_count());
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // Every process learns whether any failed (world() would take the lock initialize() holds).
+  std::int64_t failed = failure ? 1 : 0;
+  world_communicator->all_reduce(&failed, 1, DType::int64, ReduceOperation::max);
+  if (failure) std::rethrow_exception(failure);
+  if (failed != 0) {
+    throw ValueError("another host of this job runs more processes than it has GPUs (its "
+                     "processes say how many); each process uses one GPU");
+  }
+  chosen_gpu = chosen;
+#if defined(KERAS_HAS_NCCL)
+  if (world_communicator->size() > 1) {
+    gpu_world_communicator = std::make_shared<NcclCommunicator>(world_communicator, chosen, "world");
+  }
+#endif
+}
+}  // namespace
+
 void initialize(std::optional<std::string> job_addresses, std::optional<int> num_processes_arg,
                 std::optional<int> process_id_arg) {
   std::lock_guard lock(state_mutex);
@@ -362,6 +398,7 @@ void initialize(std::optional<std::string> job_addresses, std::optional<int> num
   std::uint64_t seed = next_random_seed();
   world_communicator->broadcast(&seed, 1, DType::int64, 0);
   set_random_seed(seed);
+  choose_gpu();
   initialized = true;
 }
 
@@ -372,6 +409,8 @@ bool is_initialized() {
 
 void finalize() {
   std::lock_guard lock(state_mutex);
+  // NCCL first: its communicator bootstraps over the world, which goes below.
+  gpu_world_communicator.reset();
   if (rendezvous_store) {
     if (auto failure = collective_failure()) {
       // Peers inside a collective see this process's connections close; the others learn it
@@ -462,6 +501,16 @@ std::vector<std::string> list_devices(std::optional<std::string> device_type) {
 
 int get_device_count(std::optional<std::string> device_type) {
   return static_cast<int>(list_devices(std::move(device_type)).size());
+}
+
+std::optional<int> local_gpu() {
+  std::lock_guard lock(state_mutex);
+  return chosen_gpu;
+}
+
+std::shared_ptr<Communicator> gpu_world() {
+  std::lock_guard lock(state_mutex);
+  return gpu_world_communicator;
 }
 
 void note_distribution_created() { distribution_created = true; }

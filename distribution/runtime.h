@@ -35,6 +35,13 @@ int process_id();
 Communicator& world();
 std::shared_ptr<Communicator> world_pointer();
 
+// This process's GPU, chosen by initialize() from its local rank (distribution/local_gpu.h);
+// nullopt when the machine (or the build) has no GPU, or before initialize().
+std::optional<int> local_gpu();
+// The NCCL group of all processes' GPUs, made by initialize() under more than one process when
+// the build has NCCL and every process has a GPU; null otherwise.
+std::shared_ptr<Communicator> gpu_world();
+
 // Called by Distribution's constructor: initialize() refuses to run after this.
 void note_distribution_created();
 // Ends MPI (also done automatically at exit).

@@ -20,6 +20,9 @@ void copy_device_to_host(void* host_pointer, const void* device_pointer, std::si
                          int device_index);
 void copy_device_to_device(void* destination, const void* source, std::size_t bytes,
                            int device_index);
+// The device's compute stream (a cudaStream_t), for libraries that order their own work
+// against the engine's (NCCL).
+void* compute_stream(int device_index);
 // Waits until everything queued on the device's compute stream has run (benchmarks, tests).
 void synchronize(int device_index);
 

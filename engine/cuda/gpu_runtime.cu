@@ -192,6 +192,8 @@ void copy_device_to_device(void* destination, const void* source, std::size_t by
              "cudaMemcpyAsync (device to device)", device_index);
 }
 
+void* compute_stream(int device_index) { return device_state(device_index).stream; }
+
 void synchronize(int device_index) {
   DeviceState& state = device_state(device_index);
   check_cuda(cudaStreamSynchronize(state.stream), "cudaStreamSynchronize", device_index);

@@ -18,5 +18,6 @@ void copy_host_to_device(void*, const void*, std::size_t, int) { no_gpu("copy to
 void copy_device_to_host(void*, const void*, std::size_t, int) { no_gpu("copy from GPU"); }
 void copy_device_to_device(void*, const void*, std::size_t, int) { no_gpu("GPU copy"); }
 void synchronize(int) { no_gpu("GPU synchronisation"); }
+void* compute_stream(int) { no_gpu("a GPU stream"); }
 
 }  // namespace keras::gpu

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "distribution/gradient_reducer.h"
+#include "distribution/local_gpu.h"
 #include "distribution/mpi/mpi_communicator.h"
 #include "keras.h"
 #include "tests/test_helpers.h"
@@ -27,6 +28,20 @@ TEST(MpiRuntime, DevicesAndProcesses) {
   ASSERT_EQ(static_cast<int>(devices.size()), size());
   EXPECT_EQ(devices.back(), "cpu:" + std::to_string(size() - 1));
   expect_throw_with<ValueError>([] { kd::initialize(); }, "already called");
+}
+
+// Both processes run on this machine: local ranks 0 and 1 of 2, so they would take gpu:0 and
+// gpu:1, and a host with one GPU refuses the job on both processes.
+TEST(MpiRuntime, ProcessesOfOneHostTakeOneGpuEach) {
+  auto& world = kd::world();
+  kd::HostPlace place = kd::place_on_host(world);
+  EXPECT_EQ(place.local_rank, world.rank());
+  EXPECT_EQ(place.local_size, world.size());
+  EXPECT_EQ(kd::choose_local_gpu(place, world.size()), world.rank());
+  expect_throw_with<ValueError>(
+      [&] { kd::choose_local_gpu(place, world.size() - 1); },
+      "runs " + std::to_string(world.size()) + " processes but has " +
+          std::to_string(world.size() - 1) + " GPU(s)");
 }
 
 TEST(MpiCollectives, ClosedFormResults) {
@@ -341,15 +356,15 @@ TEST(DataParallelTraining, AFileOnlyProcessZeroOpensFailsEveryProcess) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  keras::distribution::initialize();
+  keras::kd::initialize();
   // Only rank 0 reports; the exit status is the worst over all ranks.
-  if (keras::distribution::process_id() != 0) {
+  if (keras::kd::process_id() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
   }
   int status = RUN_ALL_TESTS();
-  keras::distribution::world().all_reduce(&status, 1, keras::DType::int32,
-                                          keras::distribution::ReduceOperation::max);
-  keras::distribution::finalize();
+  keras::kd::world().all_reduce(&status, 1, keras::DType::int32,
+                                          keras::kd::ReduceOperation::max);
+  keras::kd::finalize();
   return status;
 }
