@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The GPU check of issue 10, for a machine with GPUs: a CUDA build for sm_90, the GPU half of the
+# op table and the GPU tests, the GPU kernels on host memory beside them, and NCCL between the
+# GPUs of the host, all into one log. Usage: bash scripts/gpu_check.sh [LOG]   (default gpu_check.log)
+#
+# What it does not run yet, because it is not built yet (each prints a NOT BUILT line in the
+# log, so a reader sees it): Fashion-MNIST on a GPU and the training-step benchmark on a GPU
+# (layers and the trainer do not place their tensors on a GPU yet), and all_reduce_perf
+# --backend nccl (the NCCL communicator has no benchmark yet).
+#
+# Prerequisites: the build's Debian packages (scripts/install_dependencies.sh). The lent H200
+# machines have CUDA, CMake and ninja but not Eigen, oneDNN, OpenMPI, Gloo or GoogleTest, and
+# cannot fetch them: they have to be carried there, unpacked from their .deb files, which no
+# script prepares yet.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+log=${1:-gpu_check.log}
+build=build/gpu
+exec > >(tee "$log") 2>&1
+started=$(date +%s)
+section() { echo; echo "=== $* ($(( $(date +%s) - started )) s)"; }
+
+section "machine"
+nvidia-smi -L || { echo "no nvidia-smi: no GPU here"; exit 1; }
+gpus=$(nvidia-smi -L | wc -l)
+
+section "configure and build (CUDA, sm_90, warnings as errors)"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKERAS_CUDA=ON -DKERAS_WERROR=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DKERAS_BUILD_BENCHMARKS=OFF -DKERAS_BUILD_EXAMPLES=OFF || exit 1
+cmake --build "$build" -j16 --target keras_tests nccl_check || exit 1
+
+status=0
+section "op table on the GPU, and the GPU kernels on host memory"
+"$build/tests/keras_tests" --gtest_brief=1 \
+    --gtest_filter='AllOps/*on_gpu:AllOps/*on_gpu_kernels_on_host:Gpu.*:GpuKernelsOnHost.*' || status=1
+
+section "engine and layer tests with a GPU present"
+"$build/tests/keras_tests" --gtest_brief=1 --gtest_filter='Tensor.*:Backend.*:LayersTest.*' || status=1
+
+section "NCCL between $gpus GPU(s)"
+if [ "$gpus" -ge 2 ]; then
+  mpirun --allow-run-as-root --oversubscribe -np "$gpus" "$build/tests/nccl_check" || status=1
+else
+  echo "one GPU: NCCL between processes needs two; nccl_check not run"
+fi
+
+section "NOT BUILT: Fashion-MNIST on one GPU, the training-step benchmark on GPU, all_reduce_perf --backend nccl"
+section "done: status $status"
+exit $status
