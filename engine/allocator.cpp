@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/errors.h"
+#include "engine/gpu_emulation.h"
 #include "engine/gpu_runtime.h"
 
 namespace keras {
@@ -60,7 +61,10 @@ Pool& pool_for(Device device) {
 }
 
 void* system_allocate(std::size_t bytes, Device device) {
-  if (device.is_gpu()) {
+  if (device.is_gpu() && emulated_gpu() != nullptr && device.index != 0) {
+    throw ValueError(str("device ", device.to_string(), " does not exist: the emulated GPU is gpu:0"));
+  }
+  if (device.is_gpu() && emulated_gpu() == nullptr) {
     try {
       return gpu::allocate(bytes, device.index);
     } catch (const OutOfMemoryError&) {
@@ -84,7 +88,7 @@ void* system_allocate(std::size_t bytes, Device device) {
 }
 
 void system_free(void* pointer, Device device) {
-  if (device.is_gpu()) {
+  if (device.is_gpu() && emulated_gpu() == nullptr) {
     gpu::free(pointer, device.index);
   } else {
     std::free(pointer);
@@ -148,7 +152,8 @@ void release_cached_memory() {
     pool.stats.cached_bytes = 0;
   };
   drain(pool_for(Device::cpu()), Device::cpu());
-  for (int index = 0; index < gpu::device_count() && index < 16; ++index) {
+  int gpus = emulated_gpu() != nullptr ? 1 : gpu::device_count();
+  for (int index = 0; index < gpus && index < 16; ++index) {
     drain(pool_for(Device::gpu(index)), Device::gpu(index));
   }
 }

@@ -5,6 +5,8 @@
 #include <charconv>
 
 #include "engine/errors.h"
+#include "engine/gpu_emulation.h"
+#include "engine/gpu_runtime.h"
 
 namespace keras {
 
@@ -31,5 +33,29 @@ Device Device::parse(std::string_view text) {
   if (type_part == "gpu" || type_part == "cuda") return {DeviceType::gpu, index};
   throw ValueError(str("invalid device '", text, "'; expected 'cpu', 'gpu' or 'gpu:<index>'"));
 }
+
+namespace {
+Device current_default = Device::cpu();
+}  // namespace
+
+Device default_device() { return current_default; }
+
+void set_default_device(Device device) {
+  if (device.is_gpu()) {
+    int available = emulated_gpu() != nullptr ? 1 : gpu::device_count();
+    if (device.index < 0 || device.index >= available) {
+      throw ValueError(str("set_default_device(", device.to_string(), "): that GPU does not exist (",
+                           emulated_gpu() != nullptr ? "an emulated GPU, gpu:0"
+                                                     : gpu::description(),
+                           ")"));
+    }
+  }
+  current_default = device;
+}
+
+DefaultDeviceScope::DefaultDeviceScope(Device device) : previous_(default_device()) {
+  set_default_device(device);
+}
+DefaultDeviceScope::~DefaultDeviceScope() { current_default = previous_; }
 
 }  // namespace keras

@@ -21,4 +21,22 @@ struct Device {
   friend bool operator==(const Device&, const Device&) = default;
 };
 
+// The device layers create their variables on and fit/evaluate/predict move their batches to
+// (PyTorch's torch.set_default_device, JAX's default device); the CPU unless set. A GPU that
+// does not exist is a ValueError.
+Device default_device();
+void set_default_device(Device device);
+
+// Sets the default device for its lifetime, then puts the previous one back.
+class DefaultDeviceScope {
+ public:
+  explicit DefaultDeviceScope(Device device);
+  ~DefaultDeviceScope();
+  DefaultDeviceScope(const DefaultDeviceScope&) = delete;
+  DefaultDeviceScope& operator=(const DefaultDeviceScope&) = delete;
+
+ private:
+  Device previous_;
+};
+
 }  // namespace keras

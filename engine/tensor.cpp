@@ -6,6 +6,7 @@
 
 #include "engine/backend.h"
 #include "engine/errors.h"
+#include "engine/gpu_emulation.h"
 #include "engine/gpu_runtime.h"
 #include "engine/ops.h"
 
@@ -170,7 +171,9 @@ Tensor Tensor::to(Device target) const {
   if (source == target) return *this;
   Tensor out = empty(shape(), dtype(), target);
   if (nbytes() > 0) {
-    if (source.is_cpu() && target.is_gpu()) {
+    if (emulated_gpu() != nullptr) {  // engine/gpu_emulation.h: GPU memory is host memory
+      std::memcpy(out.raw_data(), raw_data(), nbytes());
+    } else if (source.is_cpu() && target.is_gpu()) {
       gpu::copy_host_to_device(out.raw_data(), raw_data(), nbytes(), target.index);
     } else if (source.is_gpu() && target.is_cpu()) {
       gpu::copy_device_to_host(out.raw_data(), raw_data(), nbytes(), source.index);

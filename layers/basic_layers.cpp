@@ -171,8 +171,11 @@ Tensor Embedding::call_sharded(const distribution::ShardingContext& context, con
     }
     Shape mask_shape = inputs.shape();
     mask_shape.push_back(1);
-    Tensor mask = ops::cast(Tensor::from_vector(held, mask_shape), local_table.dtype());
-    looked_up = ops::take(local_table, Tensor::from_vector(local_indices, inputs.shape()), 0) * mask;
+    Tensor mask = ops::cast(Tensor::from_vector(held, mask_shape).to(local_table.device()),
+                               local_table.dtype());
+    looked_up = ops::take(local_table,
+                          Tensor::from_vector(local_indices, inputs.shape()).to(local_table.device()),
+                          0) * mask;
   }
   looked_up.set_annotation(nullptr);
   distribution::ShardedTensor result{looked_up, Sharding(context.mesh, std::move(placements), out_global)};

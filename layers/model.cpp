@@ -183,6 +183,12 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
                                      const DataParallelContext& context,
                                      const GlobalBatchRows* rows) {
   const bool distributed = context.distributed();
+  if (distributed && default_device().is_gpu()) {
+    // Every process has the same default device here, so all of them stop at the same step.
+    throw NotImplementedError(str("training with a distribution on ", default_device().to_string(),
+                                  ": the gradient buckets are not reduced over NCCL yet; train "
+                                  "distributed on the CPU, or on one GPU without a distribution"));
+  }
   distribution::CollectiveLog::Scope collectives;
   for (Tensor& variable : trainable_weights()) variable.zero_grad();
   StepResult result{0.0, Tensor()};
@@ -207,7 +213,7 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
     }
     Tensor scaled = loss * loss_scale;
     // Buckets start their all-reduce while the rest of the backward pass runs.
-    keras::backward({scaled}, {Tensor::ones({}, scaled.dtype())},
+    keras::backward({scaled}, {Tensor::ones({}, scaled.dtype(), scaled.device())},
                     [this](const Tensor& leaf) { gradient_reducer_->gradient_ready(leaf); });
     gradient_reducer_->finish();
   } else {
@@ -338,8 +344,8 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
       Tensor x_batch, y_batch;
       {
         NoGradGuard no_grad;
-        x_batch = rows(x, order, begin, end);
-        y_batch = rows(y, order, begin, end);
+        x_batch = rows(x, order, begin, end).to(default_device());
+        y_batch = rows(y, order, begin, end).to(default_device());
       }
       double scale = double(end - begin) / double(global_end - global_begin);
       GlobalBatchRows rows{global_end - global_begin, begin - global_begin, end - begin};
@@ -417,8 +423,8 @@ std::map<std::string, double> Model::run_evaluation(const Tensor& x, const Tenso
     auto [begin, end] = context.local_rows(global_begin, std::min(samples, global_begin + batch_size));
     auto count = static_cast<double>(end - begin);
     if (count > 0) {
-      Tensor x_batch = rows(x, order, begin, end);
-      Tensor y_batch = rows(y, order, begin, end);
+      Tensor x_batch = rows(x, order, begin, end).to(default_device());
+      Tensor y_batch = rows(y, order, begin, end).to(default_device());
       Tensor predictions = to_data_layout((*this)(x_batch, /*training=*/false));
       loss_sum += (*loss_)(y_batch, predictions).item() * count;
       seen += count;
@@ -452,10 +458,12 @@ Tensor Model::predict(const Tensor& x, std::int64_t batch_size) {
     starts[0] = begin;
     Shape sizes = x.shape();
     sizes[0] = end - begin;
-    outputs.push_back(to_data_layout((*this)(ops::slice(x, starts, sizes), false)));
+    outputs.push_back(
+        to_data_layout((*this)(ops::slice(x, starts, sizes).to(default_device()), false)));
   }
   if (outputs.empty()) throw ValueError("predict: x has no samples");
-  return outputs.size() == 1 ? outputs[0] : ops::concatenate(outputs, 0);
+  // On the host, as Keras' predict returns NumPy arrays.
+  return (outputs.size() == 1 ? outputs[0] : ops::concatenate(outputs, 0)).to(Device::cpu());
 }
 
 std::string Model::summary_text() { return keras::summary_text(*this, last_step_collectives_); }

@@ -40,14 +40,14 @@ Tensor create_variable(const std::string& path, const Shape& shape, DType dtype,
         // one-process variable, with no communication.
         Sharding sharding = Sharding::from_layout(*layout, shape, str("variable '", path, "'"));
         auto [starts, sizes] = sharding.block(distribution::process_coordinates(*layout->device_mesh()));
-        Tensor block = initializer.block(shape, starts, sizes, dtype).clone();
+        Tensor block = initializer.block(shape, starts, sizes, dtype).to(default_device()).clone();
         return distribution::with_sharding(block, sharding);
       }
     }
   }
   // Replicated: every process initialises the full value from the same seed (initialize()
   // made the processes agree on it), so the replicas start equal without communication.
-  return initializer(shape, dtype).clone();
+  return initializer(shape, dtype).to(default_device()).clone();
 }
 
 }  // namespace keras

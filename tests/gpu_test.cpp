@@ -2,10 +2,12 @@
 // GpuKernelsOnHost: engine/cuda/'s kernel bodies run on host memory (tests/gpu_emulation/), so
 // their paths the op table's small shapes miss (chunked reductions), their data errors, their
 // random numbers and a whole training run are checked on every machine.
+// The trainer on an (emulated) GPU device: every tensor placed there.
 // Gpu: the same on a real GPU, plus what only a GPU has (cuBLAS, copies, devices, memory);
 // skipped, saying why, where there is none.
 #include <cstring>
 
+#include "engine/gpu_emulation.h"
 #include "engine/gpu_runtime.h"
 #include "tests/gpu_emulation/host_launcher.h"
 #include "tests/test_helpers.h"
@@ -98,24 +100,41 @@ TEST(GpuKernelsOnHost, OptimizerUpdatesFollowTheCpuFormulas) {
   }
 }
 
-// Every kernel a training run calls (matmul, bias, relu, softmax cross-entropy, reductions,
-// Adam) through the GPU kernel code gives the CPU's weights.
-TEST(GpuKernelsOnHost, TrainingGivesTheCpuWeights) {
-  auto train = [] {
-    clear_session();
-    set_random_seed(3);
-    testing::Blobs data = testing::make_blobs(96, 5);
-    Sequential model({layers::Dense(8, "relu"), layers::Dense(3)});
-    model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true), {"accuracy"});
-    model.fit(data.x, data.y, {.batch_size = 32, .epochs = 2, .verbose = 0});
-    std::vector<double> weights;
-    for (const Tensor& w : model.weights()) {
-      for (double value : w.to_vector<double>()) weights.push_back(value);
-    }
-    return weights;
-  };
-  auto [cpu, emulated] = on_cpu_and_emulated(train);
-  expect_close(emulated, cpu, 1e-5, "weights after two epochs");
+// Trains a small classifier with every tensor on `device` (the default device), and returns
+// the weights. Dense-relu-Dense, Adam, sparse cross-entropy and accuracy: every kernel a
+// training step calls (matmul, bias, relu, softmax cross-entropy, reductions, Adam).
+std::vector<double> train_on(Device device) {
+  DefaultDeviceScope on(device);
+  clear_session();
+  set_random_seed(3);
+  testing::Blobs data = testing::make_blobs(96, 5);
+  Sequential model({layers::Dense(8, "relu"), layers::Dense(3)});
+  model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true), {"accuracy"});
+  History history = model.fit(data.x, data.y, {.batch_size = 32, .epochs = 2, .verbose = 0});
+  EXPECT_EQ(model.predict(data.x).device(), Device::cpu()) << "predict returns host tensors";
+  std::vector<double> weights;
+  for (const Tensor& w : model.weights()) {
+    EXPECT_EQ(w.device(), device) << w.name();
+    for (double value : w.to_vector<double>()) weights.push_back(value);
+  }
+  weights.push_back(history.history["accuracy"].back());
+  return weights;
+}
+
+// The trainer on an emulated gpu:0 (host memory, the CUDA kernel bodies): every variable, batch
+// and temporary must be on it, or an op refuses the mix of devices; the weights equal the CPU's.
+TEST(GpuKernelsOnHost, TrainingOnTheGpuGivesTheCpuWeights) {
+  if (gpu::device_count() > 0) GTEST_SKIP() << "a real GPU is here: Gpu.TrainingGivesTheCpuWeights runs";
+  std::vector<double> on_cpu = train_on(Device::cpu());
+  ScopedGpuEmulation emulation(testing::emulated_gpu_backend());
+  expect_close(train_on(Device::gpu(0)), on_cpu, 1e-5, "weights after two epochs");
+}
+
+TEST(DefaultDevice, AGpuThatDoesNotExistIsRefused) {
+  if (gpu::device_count() > 0) GTEST_SKIP() << "a GPU is here";
+  expect_throw_with<ValueError>([] { set_default_device(Device::gpu(0)); },
+                                "set_default_device(gpu:0): that GPU does not exist");
+  EXPECT_EQ(default_device(), Device::cpu());
 }
 
 class Gpu : public ::testing::Test {
@@ -169,6 +188,10 @@ TEST_F(Gpu, AMissingGpuIsNamed) {
   int count = gpu::device_count();
   expect_throw_with<ValueError>([&] { Tensor::zeros({2}, float32, Device::gpu(count)); },
                                 "gpu:" + std::to_string(count) + " does not exist");
+}
+
+TEST_F(Gpu, TrainingGivesTheCpuWeights) {
+  expect_close(train_on(Device::gpu(0)), train_on(Device::cpu()), 1e-5, "weights after two epochs");
 }
 
 TEST_F(Gpu, OutOfMemoryIsAClearError) {

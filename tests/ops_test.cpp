@@ -16,6 +16,7 @@
 #include <optional>
 #include <tuple>
 
+#include "engine/gpu_emulation.h"
 #include "engine/gpu_runtime.h"
 #include "tests/gpu_emulation/host_launcher.h"
 #include "tests/test_helpers.h"
@@ -378,8 +379,10 @@ Tensor make_input(const Shape& shape, Domain domain, std::uint64_t seed) {
 // Prints a case by name in test listings.
 void PrintTo(const OpCase& op_case, std::ostream* stream) { *stream << op_case.name; }
 
-// Every case runs on every backend: the CPU; the GPU kernels' code run on host memory
-// (tests/gpu_emulation/, which checks their logic without a GPU); and the GPU when one exists.
+// Every case runs on every backend: the CPU; an emulated gpu:0 whose memory is host memory and
+// whose kernels are the CUDA kernel bodies run on the host (engine/gpu_emulation.h,
+// tests/gpu_emulation/: the GPU kernels' logic and the ops' device placement, without a GPU);
+// and the GPU when one exists.
 enum class TestDevice { cpu, emulated_gpu, gpu };
 
 std::string device_name(TestDevice device) {
@@ -401,11 +404,14 @@ class OpTable : public ::testing::TestWithParam<std::tuple<OpCase, TestDevice>> 
       GTEST_SKIP() << "no GPU here (" << gpu::description()
                    << "): the GPU half of the op table did not run";
     }
-    if (device == TestDevice::emulated_gpu) override_.emplace(testing::emulated_gpu_backend());
+    if (device == TestDevice::emulated_gpu) {
+      if (gpu::device_count() > 0) GTEST_SKIP() << "a real GPU is here: the gpu cases run on it";
+      emulation_.emplace(testing::emulated_gpu_backend());
+    }
   }
   const OpCase& op_case() const { return std::get<0>(GetParam()); }
   Device device() const {
-    return std::get<1>(GetParam()) == TestDevice::gpu ? Device::gpu(0) : Device::cpu();
+    return std::get<1>(GetParam()) == TestDevice::cpu ? Device::cpu() : Device::gpu(0);
   }
   std::vector<Tensor> on_device(const std::vector<Tensor>& tensors) const {
     std::vector<Tensor> moved;
@@ -414,7 +420,7 @@ class OpTable : public ::testing::TestWithParam<std::tuple<OpCase, TestDevice>> 
   }
 
  private:
-  std::optional<ScopedCpuBackendOverride> override_;
+  std::optional<ScopedGpuEmulation> emulation_;
 };
 
 TEST_P(OpTable, MatchesReferenceInFloat64AndFloat32) {

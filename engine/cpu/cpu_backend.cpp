@@ -2,6 +2,7 @@
 #include <atomic>
 
 #include "engine/cpu/kernels.h"
+#include "engine/gpu_emulation.h"
 
 namespace keras {
 namespace {
@@ -32,6 +33,7 @@ Backend& backend_for(Device device) {
     Backend* override = cpu_override.load(std::memory_order_relaxed);
     return override != nullptr ? *override : cpu_backend();
   }
+  if (Backend* emulated = emulated_gpu()) return *emulated;
   return gpu_backend();
 }
 

@@ -30,6 +30,7 @@ struct Flags {
   std::string distribution = "none";
   std::string csv_log;
   std::string backup_dir;
+  std::string device = "cpu";  // or "gpu": this process's GPU (distribution::local_gpu())
 };
 
 void usage(std::FILE* stream) {
@@ -38,7 +39,7 @@ void usage(std::FILE* stream) {
                "                     [--data-dir DIR] [--threads N] [--seed N]\n"
                "                     [--save PATH.safetensors] [--min-test-accuracy X]\n"
                "                     [--distribution none|data_parallel] [--csv-log PATH.csv]\n"
-               "                     [--backup-dir DIR]\n");
+               "                     [--backup-dir DIR] [--device cpu|gpu]\n");
 }
 
 template <typename T>
@@ -87,6 +88,11 @@ Flags parse_flags(int argc, char** argv) {
       flags.distribution = value;
     } else if (flag == "--csv-log") {
       flags.csv_log = value;
+    } else if (flag == "--device") {
+      flags.device = value;
+      if (flags.device != "cpu" && flags.device != "gpu") {
+        throw keras::ValueError(keras::str("--device must be 'cpu' or 'gpu', got '", value, "'"));
+      }
     } else if (flag == "--backup-dir") {
       flags.backup_dir = value;
     } else if (flag == "--save") {
@@ -108,6 +114,11 @@ int main(int argc, char** argv) {
     keras::set_random_seed(flags.seed);
     namespace kd = keras::distribution;
     kd::initialize();  // MPI under mpirun; one process otherwise
+    if (flags.device == "gpu") {
+      auto gpu = kd::local_gpu();
+      if (!gpu) throw keras::ValueError("--device gpu: this machine (or this build) has no GPU");
+      keras::set_default_device(keras::Device::gpu(*gpu));
+    }
     if (flags.distribution == "data_parallel") {
       kd::set_distribution(std::make_shared<kd::DataParallel>());
     } else if (kd::num_processes() > 1) {
