@@ -8,10 +8,11 @@
 # BUILT line in the log says so): the training-step benchmark on a GPU and all_reduce_perf
 # --backend nccl.
 #
-# Prerequisites: the build's Debian packages (scripts/install_dependencies.sh). The lent H200
-# machines have CUDA, CMake and ninja but not Eigen, oneDNN, OpenMPI, Gloo or GoogleTest, and
-# cannot fetch them: they have to be carried there, unpacked from their .deb files, which no
-# script prepares yet.
+# Two ways to get the programs: with build/gpu_bundle/gpu_bundle.tar.xz present (made by
+# scripts/gpu_bundle.sh on a CI machine and carried: the lent H200 machines have CUDA, CMake and
+# ninja but not Eigen, oneDNN, OpenMPI, Gloo or GoogleTest, and cannot fetch them), the bundled
+# programs run with the bundled libraries and the image's CUDA; otherwise the script builds
+# with CUDA for sm_90, which needs scripts/install_dependencies.sh's packages.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 log=${1:-gpu_check.log}
@@ -24,10 +25,38 @@ section "machine"
 nvidia-smi -L || { echo "no nvidia-smi: no GPU here"; exit 1; }
 gpus=$(nvidia-smi -L | wc -l)
 
-section "configure and build (CUDA, sm_90, warnings as errors)"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKERAS_CUDA=ON -DKERAS_WERROR=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90 -DKERAS_BUILD_BENCHMARKS=OFF || exit 1
-cmake --build "$build" -j16 --target keras_tests nccl_check fashion_mnist || exit 1
+bundle=build/gpu_bundle/gpu_bundle.tar.xz
+if [ -f "$bundle" ]; then
+  section "unpack the bundle made by scripts/gpu_bundle.sh"
+  mkdir -p "$build/tests" "$build/examples/fashion_mnist" build/gpu_unpacked
+  tar -xJf "$bundle" -C build/gpu_unpacked || exit 1
+  cp build/gpu_unpacked/bin/keras_tests build/gpu_unpacked/bin/nccl_check "$build/tests/"
+  cp build/gpu_unpacked/bin/fashion_mnist "$build/examples/fashion_mnist/"
+  [ -d build/gpu_unpacked/fashion-mnist ] && export FASHION_MNIST_DIR=${FASHION_MNIST_DIR:-$PWD/build/gpu_unpacked/fashion-mnist}
+  # CUDA's libraries from the image: the toolkit, or the wheels of its Python.
+  cuda_libraries=$(python3 - <<'PYTHON' 2>/dev/null
+import importlib, os
+found = []
+for name in ("nvidia.cu13", "nvidia.cublas", "nvidia.nccl", "nvidia.cuda_runtime"):
+    try:
+        module = importlib.import_module(name)
+    except ImportError:
+        continue
+    for root in module.__path__:
+        for sub in ("lib", "lib64"):
+            if os.path.isdir(os.path.join(root, sub)):
+                found.append(os.path.join(root, sub))
+print(":".join(found))
+PYTHON
+)
+  export LD_LIBRARY_PATH="$PWD/build/gpu_unpacked/lib:/usr/local/cuda/lib64:${cuda_libraries}:${LD_LIBRARY_PATH:-}"
+  ldd "$build/tests/keras_tests" | grep "not found" && { echo "missing libraries"; exit 1; }
+else
+  section "configure and build (CUDA, sm_90, warnings as errors)"
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKERAS_CUDA=ON -DKERAS_WERROR=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DKERAS_BUILD_BENCHMARKS=OFF || exit 1
+  cmake --build "$build" -j16 --target keras_tests nccl_check fashion_mnist || exit 1
+fi
 
 status=0
 section "op table on the GPU, and the GPU kernels on host memory"
