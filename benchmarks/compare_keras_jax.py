@@ -244,7 +244,7 @@ def measure_jax(python, worker, threads, steps):
 
 def measure_our_step(build, threads):
     binary = os.path.join(build, "benchmarks", "training_step_benchmark")
-    command = [binary, "--benchmark_format=json", f"--benchmark_filter=BM_TrainingStep/batch:{BATCH_SIZE}/",
+    command = [binary, "--benchmark_format=json", f"--benchmark_filter=BM_TrainingStep/batch:{BATCH_SIZE}/on_gpu:0/",
                "--benchmark_min_time=1.0", "--benchmark_repetitions=3",
                "--benchmark_report_aggregates_only=true"]
     result = subprocess.run(pinned(cores_for(threads), command),

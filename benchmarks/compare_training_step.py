@@ -150,7 +150,7 @@ def measure_torch(threads, arguments):
 def measure_keras(threads, arguments):
     environment = dict(os.environ, KERAS_NUM_THREADS=str(threads))
     command = [arguments.binary, "--benchmark_format=json",
-               f"--benchmark_filter=BM_TrainingStep/batch:{BATCH_SIZE}/",
+               f"--benchmark_filter=BM_TrainingStep/batch:{BATCH_SIZE}/on_gpu:0/",
                f"--benchmark_min_time={arguments.keras_min_time}",
                f"--benchmark_repetitions={arguments.keras_repetitions}",
                "--benchmark_report_aggregates_only=true"]

@@ -45,4 +45,13 @@ StridedPlan<N> make_plan(const Shape& out_shape, std::array<std::vector<std::int
   return plan;
 }
 
+// A reduction over sorted, unique axes runs as one pass per block of consecutive axes, the
+// last block first; each pass views its input as [outer, reduced, inner] and leaves `result`
+// (its input's shape with the block's axes set to 1). The CPU and CUDA reductions share it.
+struct ReductionPass {
+  std::int64_t outer = 1, reduced = 1, inner = 1;
+  Shape result;
+};
+std::vector<ReductionPass> reduction_passes(const Shape& shape, const std::vector<int>& axes);
+
 }  // namespace keras

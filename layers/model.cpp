@@ -41,7 +41,7 @@ Tensor rows(const Tensor& data, const std::vector<std::int64_t>& order, std::int
     return ops::slice(data, starts, sizes);
   }
   std::vector<std::int64_t> picked(order.begin() + begin, order.begin() + end);
-  return ops::take(data, Tensor::from_vector(picked, {end - begin}), 0);
+  return ops::take(data, Tensor::from_vector(picked, {end - begin}).to(data.device()), 0);
 }
 
 // Fisher-Yates on a 64-bit Mersenne Twister: the same permutation on every platform (unlike
@@ -244,8 +244,8 @@ double Model::train_on_batch(const Tensor& x, const Tensor& y) {
   Tensor x_local, y_local;
   {
     NoGradGuard no_grad;
-    x_local = rows(x, order, begin, end);
-    y_local = rows(y, order, begin, end);
+    x_local = rows(x, order, begin, end).to(default_device());
+    y_local = rows(y, order, begin, end).to(default_device());
   }
   double scale = rows_total > 0 ? double(end - begin) / double(rows_total) : 1.0;
   GlobalBatchRows rows{rows_total, begin, end - begin};

@@ -87,27 +87,13 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int>& axes, Tensor& 
       std::memcpy(out.raw_data(), x.raw_data(), x.nbytes());
       return;
     }
-    // Split the sorted axes into blocks of consecutive axes; reduce the last block first.
-    std::vector<std::pair<int, int>> blocks;  // [first, last] axis of each block
-    for (int axis : axes) {
-      if (!blocks.empty() && blocks.back().second == axis - 1) {
-        blocks.back().second = axis;
-      } else {
-        blocks.emplace_back(axis, axis);
-      }
-    }
+    std::vector<ReductionPass> passes = reduction_passes(x.shape(), axes);
     Tensor current = x;
-    Shape shape = x.shape();
-    for (int b = static_cast<int>(blocks.size()) - 1; b >= 0; --b) {
-      auto [first, last] = blocks[b];
-      std::int64_t outer = 1, reduced = 1, inner = 1;
-      for (int d = 0; d < first; ++d) outer *= shape[d];
-      for (int d = first; d <= last; ++d) reduced *= shape[d];
-      for (int d = last + 1; d < static_cast<int>(shape.size()); ++d) inner *= shape[d];
-      for (int d = first; d <= last; ++d) shape[d] = 1;
-      Tensor next = b == 0 ? out : Tensor::empty(shape, x.dtype(), x.device());
+    for (std::size_t p = 0; p < passes.size(); ++p) {
+      const ReductionPass& pass = passes[p];
+      Tensor next = p + 1 == passes.size() ? out : Tensor::empty(pass.result, x.dtype(), x.device());
       reduce_block<T>(op, static_cast<const T*>(current.raw_data()),
-                      static_cast<T*>(next.raw_data()), outer, reduced, inner);
+                      static_cast<T*>(next.raw_data()), pass.outer, pass.reduced, pass.inner);
       current = next;
     }
   });
