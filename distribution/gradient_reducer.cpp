@@ -2,6 +2,8 @@
 #include "distribution/gradient_reducer.h"
 
 #include "distribution/collective_log.h"
+#include "distribution/runtime.h"
+#include "engine/backend.h"
 
 #include <chrono>
 #include <algorithm>
@@ -14,6 +16,26 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
                                  std::vector<Tensor> variables, BucketOptions options)
     : group_(std::move(group)), variables_(std::move(variables)) {
   if (!group_) throw ValueError("GradientReducer: the process group is null");
+  Device device = variables_.empty() ? Device::cpu() : variables_.front().device();
+  for (const Tensor& variable : variables_) {
+    if (variable.device() != device) {
+      throw ValueError(str("data-parallel gradients on several devices (", device.to_string(),
+                           " and ", variable.device().to_string(), " for '", variable.name(),
+                           "'); create every variable on one device"));
+    }
+  }
+  reduce_group_ = group_;
+  if (device.is_gpu()) {
+    std::shared_ptr<Communicator> nccl = gpu_world();
+    if (group_.get() != world_pointer().get() || !nccl || !nccl->accepts(device)) {
+      throw NotImplementedError(str(
+          "data-parallel gradients on ", device.to_string(), " over group '", group_->name(),
+          "': ", !nccl ? "there is no NCCL communicator (a build without NCCL, or one process)"
+                       : "only the world group has an NCCL communicator so far, on the GPU "
+                         "initialize() chose (distribution::local_gpu())"));
+    }
+    reduce_group_ = nccl;
+  }
   bucket_of_.resize(variables_.size());
   received_.assign(variables_.size(), false);
   std::size_t cap = options.first_bucket_bytes;
@@ -35,13 +57,13 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
     if (new_bucket) {
       if (!buckets_.empty()) cap = options.bucket_cap_bytes;
       Bucket bucket;
-      bucket.buffer = Tensor::empty({0}, variable.dtype());
+      bucket.buffer = Tensor::empty({0}, variable.dtype(), device);
       buckets_.push_back(std::move(bucket));
     }
     Bucket& bucket = buckets_.back();
     bucket.offsets.push_back(bucket.buffer.size());
     bucket.members.push_back(position);
-    bucket.buffer = Tensor::empty({bucket.buffer.size() + variable.size()}, variable.dtype());
+    bucket.buffer = Tensor::empty({bucket.buffer.size() + variable.size()}, variable.dtype(), device);
     bucket_of_[position] = buckets_.size() - 1;
   }
   // The same model on every rank gives the same buckets; check it once with a verified
@@ -74,8 +96,8 @@ void GradientReducer::start(Bucket& bucket) {
   bucket.started = true;
   auto begin = std::chrono::steady_clock::now();
   CollectiveLog::record("all_reduce", group_->name(), static_cast<std::int64_t>(bucket.buffer.nbytes()));
-  group_->all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(), bucket.buffer.dtype(),
-                     ReduceOperation::sum);
+  reduce_group_->all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(),
+                            bucket.buffer.dtype(), ReduceOperation::sum);
   communication_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
 }
 
@@ -99,9 +121,15 @@ void GradientReducer::gradient_ready(const Tensor& variable) {
   std::size_t member = 0;
   while (bucket.members[member] != position) ++member;
   Tensor gradient = variable.grad();
-  std::memcpy(static_cast<char*>(bucket.buffer.raw_data()) +
-                  bucket.offsets[member] * dtype_size(bucket.buffer.dtype()),
-              gradient.raw_data(), gradient.nbytes());
+  if (gradient.device().is_cpu()) {
+    std::memcpy(static_cast<char*>(bucket.buffer.raw_data()) +
+                    bucket.offsets[member] * dtype_size(bucket.buffer.dtype()),
+                gradient.raw_data(), gradient.nbytes());
+  } else {  // on the device's compute stream, ahead of the bucket's all-reduce
+    backend_for(gradient.device())
+        .write_slice(Tensor::view_of(gradient, 0, {gradient.size()}), {bucket.offsets[member]},
+                     bucket.buffer);
+  }
   bucket.ready += 1;
   start_ready_buckets();
 }
@@ -111,7 +139,7 @@ void GradientReducer::finish() {
   for (std::size_t position = 0; position < variables_.size(); ++position) {
     if (received_[position]) continue;
     Tensor& variable = variables_[position];
-    variable.set_grad(Tensor::zeros(variable.shape(), variable.dtype()));
+    variable.set_grad(Tensor::zeros(variable.shape(), variable.dtype(), variable.device()));
     gradient_ready(variable);
   }
   start_ready_buckets();
@@ -132,7 +160,8 @@ void GradientReducer::finish() {
     reduced.push_back(gradient);
     auto begin = std::chrono::steady_clock::now();
     CollectiveLog::record("all_reduce", group_->name(), static_cast<std::int64_t>(gradient.nbytes()));
-    group_->all_reduce(gradient.raw_data(), gradient.size(), gradient.dtype(), ReduceOperation::sum);
+    reduce_group_->all_reduce(gradient.raw_data(), gradient.size(), gradient.dtype(),
+                              ReduceOperation::sum);
     communication_seconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   }

@@ -26,6 +26,8 @@ struct BucketOptions {
   std::size_t in_place_bytes = 1 << 20;
 };
 
+// Gradients on a GPU are bucketed on that GPU and reduced over NCCL on its communication
+// stream, queued as each bucket fills, so they overlap the rest of backward there too.
 class GradientReducer {
  public:
   GradientReducer(std::shared_ptr<Communicator> group, std::vector<Tensor> variables,
@@ -57,7 +59,10 @@ class GradientReducer {
   void start(Bucket& bucket);
   void start_ready_buckets();
 
-  std::shared_ptr<Communicator> group_;
+  std::shared_ptr<Communicator> group_;  // the processes; also checks the bucket layout
+  // Where the gradients are reduced: group_ itself for CPU gradients, its NCCL twin for GPU
+  // ones (only the world has one so far: distribution::gpu_world()).
+  std::shared_ptr<Communicator> reduce_group_;
   std::vector<Tensor> variables_;
   std::unordered_map<TensorImpl*, std::size_t> index_of_;
   std::vector<std::size_t> bucket_of_;

@@ -183,12 +183,6 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
                                      const DataParallelContext& context,
                                      const GlobalBatchRows* rows) {
   const bool distributed = context.distributed();
-  if (distributed && default_device().is_gpu()) {
-    // Every process has the same default device here, so all of them stop at the same step.
-    throw NotImplementedError(str("training with a distribution on ", default_device().to_string(),
-                                  ": the gradient buckets are not reduced over NCCL yet; train "
-                                  "distributed on the CPU, or on one GPU without a distribution"));
-  }
   distribution::CollectiveLog::Scope collectives;
   for (Tensor& variable : trainable_weights()) variable.zero_grad();
   StepResult result{0.0, Tensor()};

@@ -4,7 +4,9 @@
 // there is no GPU or no NCCL in the build, saying which.
 // Run: mpirun -np N nccl_check   (N <= GPUs on the host)
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
+#include <memory>
 
 #include "distribution/runtime.h"
 #include "engine/gpu_runtime.h"
@@ -53,6 +55,39 @@ int main() {
   nccl->broadcast(root, 0);
   expect(root.to_vector<float>()[4] == 7.0f, "broadcast");
   nccl->barrier();
+  // DataParallel over the GPUs gives the weights of one GPU training on the whole batches.
+  {
+    keras::DefaultDeviceScope on_gpu(gpu);
+    keras::RandomSpec spec{keras::RandomDistribution::uniform, -1.0, 1.0, 5};
+    Tensor features = keras::ops::random(spec, {128, 4}, keras::float32);
+    Tensor labels = keras::ops::argmax(features, 1);
+    auto train = [&] {
+      keras::clear_session();
+      keras::set_random_seed(9);
+      keras::Sequential model({keras::layers::Dense(16, "relu"), keras::layers::Dense(4)});
+      model.compile(keras::optimizers::Adam(0.01),
+                    keras::losses::SparseCategoricalCrossentropy(true), {"accuracy"});
+      model.fit(features, labels, {.batch_size = 32, .epochs = 2, .shuffle = false, .verbose = 0});
+      std::vector<double> weights;
+      for (const Tensor& w : model.weights()) {
+        expect(w.device() == gpu, "variables live on the process's GPU");
+        for (double value : w.to_vector<double>()) weights.push_back(value);
+      }
+      return weights;
+    };
+    std::vector<double> alone = train();
+    kd::set_distribution(std::make_shared<kd::DataParallel>());
+    std::vector<double> together = train();
+    kd::set_distribution(nullptr);
+    double largest = 0;
+    for (std::size_t i = 0; i < alone.size(); ++i) {
+      largest = std::max(largest, std::abs(alone[i] - together[i]));
+    }
+    std::printf("nccl_check: rank %d: DataParallel on %d GPUs against one GPU: largest weight "
+                "difference %.3g\n", rank, size, largest);
+    expect(alone.size() == together.size() && largest <= 1e-5,
+           "DataParallel on the GPUs gives one GPU's weights within 1e-5");
+  }
   // A CPU tensor is refused with what to do.
   try {
     Tensor on_cpu = Tensor::ones({2});
