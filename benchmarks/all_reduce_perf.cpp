@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "benchmarks/nccl_all_reduce_perf.h"
 #include "distribution/mpi/mpi_communicator.h"
 #include "distribution/runtime.h"
 
@@ -37,6 +38,7 @@ constexpr const char* kUsage =
     "usage: mpirun -np N all_reduce_perf [-b min_bytes] [-e max_bytes] [-f factor]\n"
     "       [-n iterations] [-w warmup_iterations] [-c 0|1] [-d float|double|int32|int64]\n"
     "       [-o sum|max|min|mean] [--no-signature-checks] [--csv FILE]\n"
+    "       [--backend mpi|nccl] [-g 1]   (nccl: each process's GPU, device buffers)\n"
     "       (sizes accept a K, M or G suffix: 64M = 64 * 2^20 bytes)\n";
 
 // A bad command line: main prints it with the usage and exits 2.
@@ -55,6 +57,7 @@ struct Options {
   std::string operation_name = "sum";
   bool signature_checks = true;
   std::string csv_path;  // empty: no CSV
+  std::string backend = "mpi";
 };
 
 // One row per (implementation, size, placement); the same columns as gloo_all_reduce_perf's.
@@ -90,13 +93,21 @@ Options parse_options(int argument_count, char** arguments) {
       options.signature_checks = false;
       continue;
     }
+    if (argument == "--backend") {
+      if (++index >= argument_count) throw UsageError("--backend needs mpi or nccl");
+      options.backend = arguments[index];
+      if (options.backend != "mpi" && options.backend != "nccl") {
+        throw UsageError("--backend: expected mpi or nccl, got '" + options.backend + "'");
+      }
+      continue;
+    }
     if (argument == "--csv") {
       if (++index >= argument_count) throw UsageError("--csv needs a file name");
       options.csv_path = arguments[index];
       continue;
     }
     if (argument.size() < 2 || argument[0] != '-' ||
-        std::string_view("befnwcdo").find(argument[1]) == std::string_view::npos) {
+        std::string_view("befnwcdog").find(argument[1]) == std::string_view::npos) {
       throw UsageError("unknown flag '" + std::string(argument) + "'");
     }
     char flag = argument[1];
@@ -113,6 +124,11 @@ Options parse_options(int argument_count, char** arguments) {
       case 'w': options.warmup_iterations = parse_number(flag, value, false); break;
       case 'c': options.check = parse_number(flag, value, false); break;
       case 'd': options.type_name = value; break;
+      case 'g':  // nccl-tests' GPUs per thread: one process drives one GPU here
+        if (parse_number(flag, value, false) != 1) {
+          throw UsageError("-g: each process drives one GPU (start one process per GPU)");
+        }
+        break;
       default: options.operation_name = value; break;  // 'o'
     }
   }
@@ -424,6 +440,12 @@ int main(int argument_count, char** arguments) {
     Options options = parse_options(argument_count, arguments);
     if (keras_communicator == nullptr)
       throw UsageError("run under mpirun (even -np 1): raw MPI is compared");
+    if (options.backend == "nccl") {
+      return run_nccl_all_reduce_perf({options.minimum_bytes, options.maximum_bytes,
+                                       options.factor, options.iterations,
+                                       options.warmup_iterations, options.check,
+                                       options.type_name, options.operation_name});
+    }
     keras_communicator->set_signature_checks(options.signature_checks);
     if (options.type_name == "double") return run<double>(options, *keras_communicator);
     if (options.type_name == "int32") return run<std::int32_t>(options, *keras_communicator);

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build/ci}
 bundle=build/gpu_bundle
 programs=(tests/keras_tests tests/nccl_check examples/fashion_mnist/fashion_mnist
-          benchmarks/training_step_benchmark)
+          benchmarks/training_step_benchmark benchmarks/all_reduce_perf)
 rm -rf "$bundle" && mkdir -p "$bundle/bin" "$bundle/lib"
 for program in "${programs[@]}"; do
   [ -x "$build/$program" ] || { echo "gpu_bundle: $build/$program is missing; build the ci preset first" >&2; exit 1; }

@@ -4,8 +4,8 @@
 # GPUs of the host, all into one log. Usage: bash scripts/gpu_check.sh [LOG]   (default gpu_check.log)
 #
 # Fashion-MNIST on one GPU runs when the dataset is at $FASHION_MNIST_DIR (default
-# /usr/share/datasets/fashion-mnist). What it does not run, because it is not built yet (a NOT
-# BUILT line in the log says so): all_reduce_perf --backend nccl.
+# /usr/share/datasets/fashion-mnist). NCCL between processes (nccl_check, all_reduce_perf
+# --backend nccl) needs two GPUs or more.
 #
 # Two ways to get the programs: with build/gpu_bundle/gpu_bundle.tar.xz present (made by
 # scripts/gpu_bundle.sh on a CI machine and carried: the lent H200 machines have CUDA, CMake and
@@ -31,7 +31,8 @@ if [ -f "$bundle" ]; then
   tar -xJf "$bundle" -C build/gpu_unpacked || exit 1
   cp build/gpu_unpacked/bin/keras_tests build/gpu_unpacked/bin/nccl_check "$build/tests/"
   cp build/gpu_unpacked/bin/fashion_mnist "$build/examples/fashion_mnist/"
-  mkdir -p "$build/benchmarks" && cp build/gpu_unpacked/bin/training_step_benchmark "$build/benchmarks/"
+  mkdir -p "$build/benchmarks" && cp build/gpu_unpacked/bin/training_step_benchmark \
+      build/gpu_unpacked/bin/all_reduce_perf "$build/benchmarks/"
   [ -d build/gpu_unpacked/fashion-mnist ] && export FASHION_MNIST_DIR=${FASHION_MNIST_DIR:-$PWD/build/gpu_unpacked/fashion-mnist}
   # CUDA's libraries from the image: the toolkit, or the wheels of its Python.
   cuda_libraries=$(python3 - <<'PYTHON' 2>/dev/null
@@ -55,7 +56,8 @@ else
   section "configure and build (CUDA, sm_90, warnings as errors)"
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKERAS_CUDA=ON -DKERAS_WERROR=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 || exit 1
-  cmake --build "$build" -j16 --target keras_tests nccl_check fashion_mnist training_step_benchmark || exit 1
+  cmake --build "$build" -j16 --target keras_tests nccl_check fashion_mnist training_step_benchmark \
+      all_reduce_perf || exit 1
 fi
 
 status=0
@@ -89,6 +91,12 @@ else
   echo "training_step_benchmark is not in this build"
 fi
 
-section "NOT BUILT: all_reduce_perf --backend nccl"
+section "all_reduce_perf --backend nccl: ours beside raw ncclAllReduce"
+if [ "$gpus" -ge 2 ]; then
+  mpirun --allow-run-as-root --oversubscribe -np "$gpus" "$build/benchmarks/all_reduce_perf" \
+      --backend nccl -b 8 -e 256M -f 4 -g 1 || status=1
+else
+  echo "one GPU: an all-reduce between processes needs two; not run"
+fi
 section "done: status $status"
 exit $status
