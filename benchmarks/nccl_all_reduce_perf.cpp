@@ -62,8 +62,7 @@ enum Variant { ours_out_of_place, ours_in_place, raw_out_of_place, raw_in_place,
 
 int run_nccl_all_reduce_perf(const NcclBenchmarkOptions& options) {
   int size = kd::num_processes(), rank = kd::process_id();
-  std::optional<int> gpu = kd::local_gpu();
-  if (!gpu) throw std::runtime_error("--backend nccl: no GPU here (" + keras::gpu::description() + ")");
+  std::optional<int> gpu = kd::require_local_gpu();
   std::shared_ptr<kd::Communicator> ours = kd::gpu_world();
   if (!ours) ours = std::make_shared<kd::NcclCommunicator>(kd::world_pointer(), *gpu, "world");
   Type type = type_of(options.type_name);

@@ -34,6 +34,7 @@ namespace {
 std::mutex state_mutex;
 bool initialized = false;
 std::optional<int> chosen_gpu;
+std::string no_gpu_reason = "distribution::initialize() has not run";
 std::shared_ptr<Communicator> gpu_world_communicator;
 std::atomic<bool> distribution_created{false};
 std::shared_ptr<Communicator> world_communicator;
@@ -280,24 +281,31 @@ std::vector<std::string> parse_job_addresses(const std::string& addresses,
 
 namespace {
 // Each process takes the GPU of its local rank; with several processes and NCCL, the GPUs
-// form the NCCL world. A host with fewer GPUs than processes stops every process.
+// form the NCCL world. Where some host has fewer GPUs than processes, no process takes a GPU
+// (so the NCCL world is all or nothing) and the job runs on CPUs as before; asking for the
+// GPU then says why (require_local_gpu).
 void choose_gpu() {
-  if (gpu::device_count() == 0) return;
+  if (gpu::device_count() == 0) {
+    no_gpu_reason = str("this machine has no GPU (", gpu::description(), ")");
+    return;
+  }
   HostPlace place = place_on_host(*world_communicator);
-  std::exception_ptr failure;
   int chosen = -1;
   try {
     chosen = choose_local_gpu(place, gpu::device_count());
-  } catch (...) {
-    failure = std::current_exception();
+  } catch (const ValueError& error) {
+    no_gpu_reason = error.what();
   }
-  // Every process learns whether any failed (world() would take the lock initialize() holds).
-  std::int64_t failed = failure ? 1 : 0;
+  // Every process learns whether any host lacks GPUs (world() would take the lock
+  // initialize() holds).
+  std::int64_t failed = chosen < 0 ? 1 : 0;
   world_communicator->all_reduce(&failed, 1, DType::int64, ReduceOperation::max);
-  if (failure) std::rethrow_exception(failure);
   if (failed != 0) {
-    throw ValueError("another host of this job runs more processes than it has GPUs (its "
-                     "processes say how many); each process uses one GPU");
+    if (chosen >= 0) {
+      no_gpu_reason = "another host of this job runs more processes than it has GPUs (its "
+                      "processes say how many); each process uses one GPU";
+    }
+    return;
   }
   chosen_gpu = chosen;
 #if defined(KERAS_HAS_NCCL)
@@ -506,6 +514,12 @@ int get_device_count(std::optional<std::string> device_type) {
 std::optional<int> local_gpu() {
   std::lock_guard lock(state_mutex);
   return chosen_gpu;
+}
+
+int require_local_gpu() {
+  std::lock_guard lock(state_mutex);
+  if (!chosen_gpu) throw ValueError(str("this process has no GPU to use: ", no_gpu_reason));
+  return *chosen_gpu;
 }
 
 std::shared_ptr<Communicator> gpu_world() {

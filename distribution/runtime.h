@@ -36,8 +36,12 @@ Communicator& world();
 std::shared_ptr<Communicator> world_pointer();
 
 // This process's GPU, chosen by initialize() from its local rank (distribution/local_gpu.h);
-// nullopt when the machine (or the build) has no GPU, or before initialize().
+// nullopt when the machine (or the build) has no GPU, when some host of the job runs more
+// processes than it has GPUs (the job then runs on CPUs), or before initialize().
 std::optional<int> local_gpu();
+// The same GPU, or a ValueError saying why there is none ("host 'a' runs 3 processes but has
+// 2 GPU(s)…"): for code that needs the GPU.
+int require_local_gpu();
 // The NCCL group of all processes' GPUs, made by initialize() under more than one process when
 // the build has NCCL and every process has a GPU; null otherwise.
 std::shared_ptr<Communicator> gpu_world();

@@ -115,9 +115,7 @@ int main(int argc, char** argv) {
     namespace kd = keras::distribution;
     kd::initialize();  // MPI under mpirun; one process otherwise
     if (flags.device == "gpu") {
-      auto gpu = kd::local_gpu();
-      if (!gpu) throw keras::ValueError("--device gpu: this machine (or this build) has no GPU");
-      keras::set_default_device(keras::Device::gpu(*gpu));
+      keras::set_default_device(keras::Device::gpu(kd::require_local_gpu()));
     }
     if (flags.distribution == "data_parallel") {
       kd::set_distribution(std::make_shared<kd::DataParallel>());

@@ -42,6 +42,8 @@ TEST(MpiRuntime, ProcessesOfOneHostTakeOneGpuEach) {
       [&] { kd::choose_local_gpu(place, world.size() - 1); },
       "runs " + std::to_string(world.size()) + " processes but has " +
           std::to_string(world.size() - 1) + " GPU(s)");
+  // Asking for the GPU where there is none says why; the job itself still runs on CPUs.
+  if (!kd::local_gpu()) expect_throw_with<ValueError>([] { kd::require_local_gpu(); }, "no GPU to use");
 }
 
 TEST(MpiCollectives, ClosedFormResults) {

@@ -39,7 +39,7 @@ int main() {
                                                        : "this build has no NCCL");
     return 77;
   }
-  Device gpu = Device::gpu(*kd::local_gpu());
+  Device gpu = Device::gpu(kd::require_local_gpu());
   // all_reduce: sum of (rank + 1) over ranks = size (size + 1) / 2; mean of that / size.
   Tensor x = Tensor::full({1 << 20}, rank + 1.0, keras::float32, gpu);
   nccl->all_reduce(x, kd::ReduceOperation::sum);
