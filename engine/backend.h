@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/index_check.h"
 #include "engine/kernel_list.h"
 #include "engine/random.h"
 #include "engine/tensor.h"
@@ -45,6 +46,9 @@ class Backend {
 #define KERAS_DECLARE_KERNEL(name, parameters, arguments) virtual void name parameters = 0;
   KERAS_KERNELS(KERAS_DECLARE_KERNEL)
 #undef KERAS_DECLARE_KERNEL
+  // Throws what `device`'s kernels found and deferred (engine/index_check.h). The CPU throws at
+  // once and has nothing deferred; a GPU's reads to the host call this themselves.
+  virtual void raise_deferred_errors(Device /*device*/) {}
 };
 
 Backend& backend_for(Device device);

@@ -10,6 +10,7 @@
 namespace keras {
 namespace {
 std::atomic<Backend*> emulation{nullptr};
+std::atomic<std::int64_t> reads{0};
 }  // namespace
 
 ScopedGpuEmulation::ScopedGpuEmulation(Backend& backend) {
@@ -29,5 +30,12 @@ ScopedGpuEmulation::~ScopedGpuEmulation() {
 }
 
 Backend* emulated_gpu() { return emulation.load(std::memory_order_relaxed); }
+
+void note_emulated_gpu_read(Backend& backend, Device source) {
+  reads.fetch_add(1, std::memory_order_relaxed);
+  backend.raise_deferred_errors(source);
+}
+
+std::int64_t emulated_gpu_reads() { return reads.load(std::memory_order_relaxed); }
 
 }  // namespace keras

@@ -5,6 +5,8 @@
 // an op and is refused, and Tensor::data() on a GPU tensor throws. Tensors made on the emulated
 // GPU must die inside the scope; the scope returns the cached blocks when it ends.
 #pragma once
+#include <cstdint>
+
 #include "engine/backend.h"
 
 namespace keras {
@@ -20,5 +22,12 @@ class ScopedGpuEmulation {
 // The emulation's backend, or null when none is active (for backend_for, the allocator and
 // Tensor::to).
 Backend* emulated_gpu();
+
+// Tensor::to's copy from the emulated GPU to the host: counts it and, as a GPU's read does,
+// throws the errors its kernels deferred.
+void note_emulated_gpu_read(Backend& backend, Device source);
+// How many copies from the emulated GPU to the host there have been (tests check that a
+// training step makes none).
+std::int64_t emulated_gpu_reads();
 
 }  // namespace keras

@@ -19,7 +19,9 @@
 //   transpose       out = x with its axes permuted
 //   copy_slice      out = x[starts[0] : starts[0] + out.dim(0), …]
 //   write_slice     destination[starts[0] : starts[0] + source.dim(0), …] = source
-//   take            gathers along axis; indices int32/int64, already range-checked
+//   check_indices   ValueError for an index outside [check.lower, check.upper): thrown at once
+//                   on the CPU, at the next read from the device on a GPU (engine/index_check.h)
+//   take            gathers along axis; indices int32/int64, checked by check_indices first
 //   take_gradient   input_gradient (zero-filled by the kernel) += scatter of output_gradient
 //   one_hot         out[..., indices[...]] = 1, 0 elsewhere; out's last axis is the depth
 //   softmax         softmax (log=false) or log_softmax (log=true) along axis
@@ -48,6 +50,7 @@
   X(copy_slice, (const Tensor& x, const Shape& starts, Tensor& out), (x, starts, out))          \
   X(write_slice, (const Tensor& source, const Shape& starts, Tensor& destination),              \
     (source, starts, destination))                                                              \
+  X(check_indices, (const Tensor& indices, const IndexCheck& check), (indices, check))         \
   X(take, (const Tensor& x, const Tensor& indices, int axis, Tensor& out), (x, indices, axis, out)) \
   X(take_gradient,                                                                              \
     (const Tensor& output_gradient, const Tensor& indices, int axis, Tensor& input_gradient),   \

@@ -51,12 +51,9 @@ Tensor SparseCategoricalCrossentropy::operator()(const Tensor& y_true,
                          "; expected labels of shape ", shape_to_string(expected)));
   }
   std::int64_t classes = y_pred.shape().back();
-  for (std::int64_t label : labels.to_vector<std::int64_t>()) {
-    if (label < 0 || label >= classes) {
-      throw ValueError(str(loss, ": label ", label, " is out of range for ", classes,
-                           " classes; expected labels in [0, ", classes, ")"));
-    }
-  }
+  ops::check_indices(labels, 0, classes,
+                     str(loss, ": label {} is out of range for ", classes,
+                         " classes; expected labels in [0, ", classes, ")"));
   Tensor picked = ops::one_hot(labels, classes, y_pred.dtype()) *
                   log_probabilities(y_pred, from_logits_);
   return -ops::mean(ops::sum(picked, {-1}));

@@ -79,6 +79,12 @@ Tensor concatenate(const std::vector<Tensor>& tensors, std::int64_t axis = 0);
 // Gathers along axis with int32/int64 indices (negative indices count from the end);
 // the result's shape is x.shape[:axis] + indices.shape + x.shape[axis+1:].
 Tensor take(const Tensor& x, const Tensor& indices, std::int64_t axis = 0);
+// Throws ValueError(`message` with "{}" replaced by the index) for an index of `indices`
+// (int32 or int64) outside [lower, upper): at once on the CPU, at the next read from the device
+// on a GPU, so that a step on a GPU does not wait to learn its indices were fine
+// (engine/index_check.h).
+void check_indices(const Tensor& indices, std::int64_t lower, std::int64_t upper,
+                   const std::string& message);
 Tensor one_hot(const Tensor& indices, std::int64_t depth, DType dtype = float32);
 
 // Neural-network functions.

@@ -173,6 +173,7 @@ Tensor Tensor::to(Device target) const {
   if (nbytes() > 0) {
     if (emulated_gpu() != nullptr) {  // engine/gpu_emulation.h: GPU memory is host memory
       std::memcpy(out.raw_data(), raw_data(), nbytes());
+      if (source.is_gpu() && target.is_cpu()) note_emulated_gpu_read(*emulated_gpu(), source);
     } else if (source.is_cpu() && target.is_gpu()) {
       gpu::copy_host_to_device(out.raw_data(), raw_data(), nbytes(), target.index);
     } else if (source.is_gpu() && target.is_cpu()) {

@@ -433,6 +433,10 @@ void BackupAndRestore::on_train_batch_end(Model& model, std::int64_t, const Logs
   if (++batches_since_save_ >= save_every_batches_) save(model);
 }
 
+bool BackupAndRestore::needs_batch_logs(std::int64_t) const {
+  return save_every_batches_ > 0 && batches_since_save_ + 1 >= save_every_batches_;
+}
+
 void BackupAndRestore::on_epoch_end(Model& model, int, Logs&) {
   if (save_every_batches_ == 0) save(model);
 }

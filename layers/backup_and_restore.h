@@ -39,6 +39,8 @@ class BackupAndRestore : public Callback {
 
   void on_train_begin(Model& model) override;
   void on_train_batch_end(Model& model, std::int64_t batch, const Logs& logs) override;
+  // A backup taken after a batch holds the epoch's totals so far, which are read with the logs.
+  bool needs_batch_logs(std::int64_t batch) const override;
   void on_epoch_end(Model& model, int epoch, Logs& logs) override;
   void on_train_end(Model& model) override;
 

@@ -114,20 +114,15 @@ Tensor Embedding::call(const Tensor& inputs, bool) {
     throw DTypeError(str("Embedding '", name(), "' expects int32 or int64 indices, got ",
                          dtype_name(inputs.dtype())));
   }
-  std::vector<std::int64_t> indices = inputs.to_vector<std::int64_t>();
-  for (std::int64_t index : indices) {
-    if (index < 0 || index >= input_dim_) {
-      throw ValueError(str("Embedding '", name(), "': index ", index,
-                           " is out of range; expected indices in [0, ", input_dim_, ")"));
-    }
-  }
+  ops::check_indices(inputs, 0, input_dim_,
+                     str("Embedding '", name(), "': index {} is out of range; expected indices in [0, ",
+                         input_dim_, ")"));
   auto context = distribution::ShardingContext::current();
   if (!context) return ops::take(embeddings_, inputs, 0);
-  return call_sharded(*context, inputs, indices);
+  return call_sharded(*context, inputs);
 }
 
-Tensor Embedding::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs,
-                               const std::vector<std::int64_t>& indices) {
+Tensor Embedding::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs) {
   using distribution::Placement;
   using distribution::Sharding;
   Sharding index_sharding = context.activation_sharding(inputs);
@@ -161,7 +156,9 @@ Tensor Embedding::call_sharded(const distribution::ShardingContext& context, con
     looked_up = ops::take(local_table, inputs, 0);
   } else {
     // Rows held elsewhere are looked up as row 0 and zeroed: the all-reduce adds the one
-    // process's row that holds each index.
+    // process's row that holds each index. (Sharded layers run on host tensors, so this read
+    // waits for nothing.)
+    std::vector<std::int64_t> indices = inputs.to_vector<std::int64_t>();
     std::vector<std::int64_t> local_indices(indices.size());
     std::vector<float> held(indices.size());
     for (std::size_t i = 0; i < indices.size(); ++i) {

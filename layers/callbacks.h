@@ -24,6 +24,14 @@ class Callback {
   // callbacks after this one and the History returned by fit() see the additions.
   virtual void on_epoch_end(Model&, int /*epoch*/, Logs& /*logs*/) {}
   virtual void on_train_batch_end(Model&, std::int64_t /*batch*/, const Logs& /*logs*/) {}
+  // Whether on_train_batch_end(batch) reads its logs. Reading them makes the host wait for the
+  // device (and, under data parallelism, sums over the processes), so fit() reads them only
+  // after the batches some callback asks for, every batch while a progress bar is drawn in
+  // place, and after each epoch's last batch; at other batches every callback gets empty logs.
+  // The default asks at every batch, as a callback written for Keras expects: answer false
+  // where on_train_batch_end does not read them. Under data parallelism the processes agree
+  // (a callback on process 0 only is fine): the logs are read where any process asks.
+  virtual bool needs_batch_logs(std::int64_t /*batch*/) const { return true; }
 };
 using CallbackPtr = std::shared_ptr<Callback>;
 
@@ -50,6 +58,7 @@ class MonitoredBest {
 // epochs; optionally restores the weights of the best epoch.
 class EarlyStopping : public Callback {
  public:
+  bool needs_batch_logs(std::int64_t) const override { return false; }
   struct Options {
     std::string monitor = "val_loss";
     double min_delta = 0.0;
@@ -80,6 +89,7 @@ class EarlyStopping : public Callback {
 // ".safetensors".
 class ModelCheckpoint : public Callback {
  public:
+  bool needs_batch_logs(std::int64_t) const override { return false; }
   struct Options {
     std::string monitor = "val_loss";
     bool save_best_only = false;

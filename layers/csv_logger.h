@@ -14,6 +14,7 @@ namespace keras {
 
 class CSVLogger : public Callback {
  public:
+  bool needs_batch_logs(std::int64_t) const override { return false; }
   // `separator` is one character, as Python's csv module needs. With `append`, rows go after
   // those of an existing file (the header is written only into an empty one): what a run
   // resumed by BackupAndRestore wants.

@@ -13,6 +13,7 @@ namespace keras {
 
 class LearningRateScheduler : public Callback {
  public:
+  bool needs_batch_logs(std::int64_t) const override { return false; }
   // schedule(epoch, current learning rate) -> the learning rate for this epoch (0-based).
   using Schedule = std::function<double(int epoch, double learning_rate)>;
   explicit LearningRateScheduler(Schedule schedule, bool verbose = false);
@@ -26,6 +27,7 @@ class LearningRateScheduler : public Callback {
 
 class ReduceLROnPlateau : public Callback {
  public:
+  bool needs_batch_logs(std::int64_t) const override { return false; }
   struct Options {
     std::string monitor = "val_loss";
     double factor = 0.1;       // new_lr = lr * factor; must be < 1

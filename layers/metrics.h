@@ -1,31 +1,66 @@
 // Metrics accumulated over an epoch as (sum, count) and reported as their mean, as Keras does.
+// Their batch sums stay on the batch's device until read (RunningTotal).
 #pragma once
+#include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/tensor.h"
 
 namespace keras::metrics {
 
+// A running (sum, count) whose terms may be scalars left on a device. On a GPU, reading a value
+// makes the host wait for the device; a step that read its loss and metrics would wait every
+// step. So a batch's term stays where it was computed and the terms are read together (one copy)
+// when sum() is asked for: at a log, or every kMaxPendingTerms terms to bound what they hold.
+// The sum is formed on the host in the order the terms came, as when each was read at once.
+class RunningTotal {
+ public:
+  void add(double sum, double count);
+  // Adds value * scale to the sum and `count` to the count; `value` is a one-element tensor
+  // on any device. A term of count 0 is dropped (its value may be the NaN mean of no rows).
+  void add(const Tensor& value, double scale, double count);
+  double sum() const;
+  double count() const { return count_; }
+  void reset();
+
+  static constexpr std::size_t kMaxPendingTerms = 512;
+
+ private:
+  struct Term {
+    Tensor value;
+    double scale;
+  };
+  void read_pending() const;
+  mutable std::vector<Term> pending_;
+  mutable double sum_ = 0.0;
+  double count_ = 0.0;
+};
+
 class Metric {
  public:
   explicit Metric(std::string name) : name_(std::move(name)) {}
   virtual ~Metric() = default;
-  // Adds one batch; returns nothing, call result() for the running mean.
+  // Adds one batch; returns nothing, call result() for the running mean. Nothing waits for
+  // the batch's device here: see RunningTotal.
   virtual void update(const Tensor& y_true, const Tensor& y_pred) = 0;
-  void add(double sum, double count) {
-    sum_ += sum;
-    count_ += count;
-  }
-  double result() const { return count_ > 0 ? sum_ / count_ : 0.0; }
-  double sum() const { return sum_; }
-  double count() const { return count_; }
-  void reset() { sum_ = count_ = 0.0; }
+  void add(double sum, double count) { total_.add(sum, count); }
+  double result() const { return total_.count() > 0 ? total_.sum() / total_.count() : 0.0; }
+  double sum() const { return total_.sum(); }
+  double count() const { return total_.count(); }
+  void reset() { total_.reset(); }
   const std::string& name() const { return name_; }
+
+ protected:
+  // value * scale joins the sum, `count` the count (value stays on its device until read).
+  void add_batch(const Tensor& value, double scale, double count) {
+    total_.add(value, scale, count);
+  }
 
  private:
   std::string name_;
-  double sum_ = 0.0, count_ = 0.0;
+  RunningTotal total_;
 };
 using MetricPtr = std::shared_ptr<Metric>;
 

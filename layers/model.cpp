@@ -61,10 +61,10 @@ std::vector<std::int64_t> permutation(std::int64_t count, bool shuffle, std::mt1
 // Keras' logs for the samples seen so far by all processes: each process's (sum, count) of the
 // loss and of every metric are added across the data-parallel group, then divided.
 // `totals_out`, when given, receives the global (sum, count) pairs themselves.
-Logs global_logs(const DataParallelContext& context, double loss_sum, double seen,
+Logs global_logs(const DataParallelContext& context, const metrics::RunningTotal& loss,
                  const std::vector<metrics::MetricPtr>& metrics,
                  std::vector<double>* totals_out = nullptr) {
-  std::vector<double> totals = {loss_sum, seen};
+  std::vector<double> totals = {loss.sum(), loss.count()};
   for (const auto& metric : metrics) {
     totals.push_back(metric->sum());
     totals.push_back(metric->count());
@@ -78,6 +78,20 @@ Logs global_logs(const DataParallelContext& context, double loss_sum, double see
     logs[metrics[m]->name()] = count > 0 ? totals[2 + 2 * m] / count : 0.0;
   }
   return logs;
+}
+
+// What on_train_batch_end gets at a batch whose logs were not read (Callback::needs_batch_logs).
+const Logs kNoLogs;
+
+// Whether `wanted` holds on any process of the group. Reading the logs is a collective, so the
+// processes agree on where to read them: only process 0 knows where its output goes (whether
+// its bar redraws every batch), and a callback may be on one process only (a logger on process
+// 0). A sum of one number on the host: it waits for no device, and costs nothing on one process.
+bool any_process(const DataParallelContext& context, bool wanted) {
+  if (!context.distributed()) return wanted;
+  std::vector<double> flag = {wanted ? 1.0 : 0.0};
+  context.sum(flag);
+  return flag[0] > 0;
 }
 
 // Under ModelParallel the model's output may be sharded (logits split by class, say): the loss,
@@ -185,7 +199,7 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
   const bool distributed = context.distributed();
   distribution::CollectiveLog::Scope collectives;
   for (Tensor& variable : trainable_weights()) variable.zero_grad();
-  StepResult result{0.0, Tensor()};
+  StepResult result;
   Tensor loss;
   {
     std::optional<GlobalBatchScope> scope;
@@ -194,7 +208,7 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
     // process then makes the same calls, so per-call state (Dropout's key) stays in step.
     Tensor predictions = to_data_layout((*this)(x, /*training=*/true));
     loss = (*loss_)(y, predictions);
-    result = {x.dim(0) > 0 ? loss.item() : 0.0, predictions.detach()};
+    result = {x.dim(0) > 0 ? loss.detach() : Tensor(), predictions.detach()};
   }
   // Taken after the forward pass: the first call builds the model, and the variables it
   // creates must be trained by this step too (they were not, before: the first step's
@@ -245,7 +259,9 @@ double Model::train_on_batch(const Tensor& x, const Tensor& y) {
   GlobalBatchRows rows{rows_total, begin, end - begin};
   StepResult result = train_step(x_local, y_local, scale, context,
                                  context.distributed() ? &rows : nullptr);
-  std::vector<double> totals = {result.loss * double(end - begin), double(end - begin)};
+  // Keras returns the loss as a number: this read waits for the device, once per call.
+  std::vector<double> totals = {end > begin ? result.loss.item() * double(end - begin) : 0.0,
+                                double(end - begin)};
   context.sum(totals);
   return totals[1] > 0 ? totals[0] / totals[1] : 0.0;
 }
@@ -275,6 +291,7 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
   // Resolved on every process (a bad KERAS_PROGRESS fails them all alike), used on the first.
   const int resolved_verbose = options.verbose.resolve();
   int verbose = context.prints() ? resolved_verbose : 0;
+  const bool bar_each_batch = ProgressBar::redraws_in_place(verbose);  // on this process
   std::mt19937_64 shuffle_engine(next_random_seed());
   History history;
   stop_training = false;
@@ -318,19 +335,27 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
     for (const std::string& name : metric_names_) {
       epoch_metrics.push_back(metrics::get(name, loss_->sparse_labels()));
     }
-    double loss_sum = 0.0, seen = 0.0;
+    metrics::RunningTotal epoch_loss;
     // A run resumed mid-epoch starts from the saved global totals of the batches done; the
     // first process of the data-parallel group holds them (logs sum over that group).
     if (start_step > 0 && context.shard_id() == 0) {
-      loss_sum = resumed_totals[0];
-      seen = resumed_totals[1];
+      epoch_loss.add(resumed_totals[0], resumed_totals[1]);
       for (std::size_t m = 0; m < epoch_metrics.size(); ++m) {
         epoch_metrics[m]->add(resumed_totals[2 + 2 * m], resumed_totals[3 + 2 * m]);
       }
     }
     ProgressBar bar(steps, verbose);
     Logs logs;
-    if (start_step > 0) logs = global_logs(context, loss_sum, seen, epoch_metrics);
+    // The logs are read (a wait for the device and, under data parallelism, a sum over the
+    // processes) only after the batches that need them: where a callback asks, every batch
+    // while a bar is drawn, and after the epoch's last batch. `logs_through` is how many of the
+    // epoch's batches the logs cover.
+    std::int64_t logs_through = 0;
+    if (start_step > 0) {
+      logs = global_logs(context, epoch_loss, epoch_metrics);
+      logs_through = start_step;
+    }
+    std::int64_t steps_done = start_step;
     for (std::int64_t step = start_step; step < steps; ++step) {
       std::int64_t global_begin = step * batch_size;
       std::int64_t global_end = std::min(samples, global_begin + batch_size);
@@ -346,16 +371,25 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
       StepResult result = train_step(x_batch, y_batch, scale, context,
                                      context.distributed() ? &rows : nullptr);
       auto count = static_cast<double>(end - begin);
-      loss_sum += result.loss * count;
-      seen += count;
       if (count > 0) {
+        epoch_loss.add(result.loss, count, count);
         for (const auto& metric : epoch_metrics) metric->update(y_batch, result.predictions);
       }
-      // Logs are means over the global batch: sum (value, count) pairs across processes.
-      logs = global_logs(context, loss_sum, seen, epoch_metrics, &position_.totals);
-      position_.step = step + 1;
+      steps_done = step + 1;
+      bool read_logs = bar_each_batch;
       for (const CallbackPtr& callback : options.callbacks) {
-        callback->on_train_batch_end(*this, step, logs);
+        read_logs = read_logs || callback->needs_batch_logs(step);
+      }
+      read_logs = any_process(context, read_logs);
+      if (read_logs) {
+        // Logs are means over the global batch: sum (value, count) pairs across processes.
+        logs = global_logs(context, epoch_loss, epoch_metrics, &position_.totals);
+        logs_through = steps_done;
+      }
+      position_.step = step + 1;
+      const Logs& batch_logs = read_logs ? logs : kNoLogs;
+      for (const CallbackPtr& callback : options.callbacks) {
+        callback->on_train_batch_end(*this, step, batch_logs);
       }
       if (!plan_checked_) {
         plan_checked_ = true;
@@ -367,7 +401,11 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
       }
       // As Keras: a callback that sets stop_training ends the epoch after this batch.
       if (stop_training) break;
-      if (verbose == 1 && step + 1 < steps) bar.update(step + 1, logs, false);
+      if (read_logs && verbose == 1 && step + 1 < steps) bar.update(step + 1, logs, false);
+    }
+    if (logs_through != steps_done) {
+      logs = global_logs(context, epoch_loss, epoch_metrics, &position_.totals);
+      logs_through = steps_done;
     }
     if (options.validation_data.defined()) {
       std::int64_t validation_batch =
@@ -409,9 +447,11 @@ std::map<std::string, double> Model::run_evaluation(const Tensor& x, const Tenso
   }
   std::mt19937_64 unused_engine(0);
   std::vector<std::int64_t> order = permutation(samples, /*shuffle=*/false, unused_engine);
-  double loss_sum = 0.0, seen = 0.0;
+  metrics::RunningTotal loss_total;
+  const bool bar_each_batch = any_process(context, ProgressBar::redraws_in_place(verbose));
   ProgressBar bar(steps, verbose);
   std::map<std::string, double> results;
+  // As in fit(): the results are read after each batch only while a bar is drawn.
   for (std::int64_t step = 0; step < steps; ++step) {
     std::int64_t global_begin = step * batch_size;
     auto [begin, end] = context.local_rows(global_begin, std::min(samples, global_begin + batch_size));
@@ -420,12 +460,13 @@ std::map<std::string, double> Model::run_evaluation(const Tensor& x, const Tenso
       Tensor x_batch = rows(x, order, begin, end).to(default_device());
       Tensor y_batch = rows(y, order, begin, end).to(default_device());
       Tensor predictions = to_data_layout((*this)(x_batch, /*training=*/false));
-      loss_sum += (*loss_)(y_batch, predictions).item() * count;
-      seen += count;
+      loss_total.add((*loss_)(y_batch, predictions), count, count);
       for (const auto& metric : batch_metrics) metric->update(y_batch, predictions);
     }
-    results = global_logs(context, loss_sum, seen, batch_metrics);
-    if (verbose == 1) bar.update(step + 1, results, step + 1 == steps);
+    if (bar_each_batch || step + 1 == steps) results = global_logs(context, loss_total, batch_metrics);
+    if (verbose == 1 && (bar_each_batch || step + 1 == steps)) {
+      bar.update(step + 1, results, step + 1 == steps);
+    }
   }
   if (verbose == 2) bar.update(steps, results, true);
   return results;

@@ -149,7 +149,7 @@ class Model : public Layer {
   void check_compiled(const char* what) const;
   void check_data(const Tensor& x, const Tensor& y, const char* what) const;
   struct StepResult {
-    double loss;  // mean over this process's rows
+    Tensor loss;  // mean over this process's rows, a scalar left on the device (undefined for none)
     Tensor predictions;
   };
   // One optimisation step on this process's rows of a global batch; `loss_scale` is

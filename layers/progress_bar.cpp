@@ -20,9 +20,13 @@ std::string format_duration(double seconds) {
   return text;
 }
 
+bool ProgressBar::redraws_in_place(int verbose, std::FILE* stream) {
+  return verbose == 1 && progress_reaches_terminal(stream);
+}
+
 ProgressBar::ProgressBar(std::int64_t total_steps, int verbose, std::FILE* stream)
     : total_steps_(total_steps), stream_(stream),
-      interactive_(verbose == 1 && progress_reaches_terminal(stream)),
+      interactive_(redraws_in_place(verbose, stream)),
       start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
 
 std::string ProgressBar::render(std::int64_t step, const std::map<std::string, double>& values,

@@ -17,6 +17,9 @@ class ProgressBar {
   // `verbose` 1 redraws a bar in place where the output reaches a terminal; 2 (or 1 where it
   // does not) prints only each finished line.
   ProgressBar(std::int64_t total_steps, int verbose, std::FILE* stream = stdout);
+  // Whether a bar of this `verbose` redraws in place on `stream` (and so shows every step's
+  // values), rather than printing only finished lines.
+  static bool redraws_in_place(int verbose, std::FILE* stream = stdout);
   // Reports that `step` steps are done, with the running values to show.
   void update(std::int64_t step, const std::map<std::string, double>& values, bool finished);
 

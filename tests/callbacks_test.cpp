@@ -132,6 +132,51 @@ TEST_F(CallbacksTest, ReduceLROnPlateauFollowsKerasRules) {
   expect_throw_with<ValueError>([] { ReduceLROnPlateau({.patience = -1}); }, "patience");
 }
 
+// Records the logs each batch end gets; asks for them or not (Callback::needs_batch_logs).
+class BatchLogsRecorder : public Callback {
+ public:
+  explicit BatchLogsRecorder(bool asks) : asks_(asks) {}
+  bool needs_batch_logs(std::int64_t) const override { return asks_; }
+  void on_train_batch_end(Model&, std::int64_t, const Logs& logs) override { seen.push_back(logs); }
+  std::vector<Logs> seen;
+
+ private:
+  bool asks_;
+};
+
+// Reading a batch's logs waits for the device, so fit() reads them only where a callback asks;
+// what it reads, and the epochs' logs, are the same either way.
+TEST_F(CallbacksTest, BatchLogsAreReadOnlyWhereACallbackAsks) {
+  Blobs data = make_blobs(64, 4);
+  auto train = [&](std::vector<CallbackPtr> callbacks) {
+    clear_session();
+    set_random_seed(5);
+    Sequential model({layers::Dense(8, "relu"), layers::Dense(3)});
+    model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true),
+                  {"accuracy"});
+    return model.fit(data.x, data.y,
+                     {.batch_size = 16, .epochs = 2, .callbacks = callbacks, .verbose = 0});
+  };
+  auto silent = std::make_shared<BatchLogsRecorder>(false);
+  History unread = train({silent});
+  ASSERT_EQ(silent->seen.size(), 8u);
+  for (const Logs& logs : silent->seen) EXPECT_TRUE(logs.empty());
+
+  auto alongside = std::make_shared<BatchLogsRecorder>(false);
+  auto asking = std::make_shared<BatchLogsRecorder>(true);
+  History read = train({alongside, asking});
+  ASSERT_EQ(asking->seen.size(), 8u);
+  for (std::size_t batch = 0; batch < 8; ++batch) {
+    EXPECT_EQ(asking->seen[batch].count("loss"), 1u) << batch;
+    EXPECT_EQ(asking->seen[batch].count("accuracy"), 1u) << batch;
+    EXPECT_EQ(alongside->seen[batch], asking->seen[batch]) << "one asks, all get them";
+  }
+  // The last batch's logs are the epoch's, and the epochs' logs did not depend on the reads.
+  EXPECT_EQ(asking->seen[3].at("loss"), read.history["loss"][0]);
+  EXPECT_EQ(asking->seen[7].at("accuracy"), read.history["accuracy"][1]);
+  EXPECT_EQ(unread.history, read.history);
+}
+
 // Interrupts fit() by throwing from a callback after batch `batch` of epoch `epoch`: the
 // in-process stand-in for a killed run (the backup written so far is all that survives).
 class Interrupt : public Callback {

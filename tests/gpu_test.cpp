@@ -130,6 +130,62 @@ TEST(GpuKernelsOnHost, TrainingOnTheGpuGivesTheCpuWeights) {
   expect_close(train_on(Device::gpu(0)), on_cpu, 1e-5, "weights after two epochs");
 }
 
+// Indices out of range on a GPU: the op does not wait to find out; the next read from the
+// device throws the CPU's message, the slot is then clear, and the bad rows were left as zeros
+// (nothing was read outside the table).
+void check_index_errors_wait_for_the_next_read(Device gpu) {
+  Tensor table = Tensor::ones({4, 2}, float32, gpu);
+  Tensor looked_up = ops::take(table, Tensor::from_vector<std::int64_t>({1, 9}, {2}).to(gpu), 0);
+  expect_throw_with<ValueError>(
+      [&] { looked_up.to(Device::cpu()); },
+      "take: index 9 is out of range; expected values in [-4, 4) (found by a check on the GPU, "
+      "reported at the next read from it)");
+  EXPECT_EQ(looked_up.to_vector<float>(), (std::vector<float>{1, 1, 0, 0}));
+
+  Tensor logits = Tensor::zeros({2, 3}, float32, gpu);
+  Tensor loss = losses::SparseCategoricalCrossentropy(true)(
+      Tensor::from_vector<std::int32_t>({0, 5}, {2}).to(gpu), logits);
+  expect_throw_with<ValueError>([&] { loss.item(); },
+                                "sparse_categorical_crossentropy: label 5 is out of range for 3 "
+                                "classes; expected labels in [0, 3)");
+
+  DefaultDeviceScope on(gpu);
+  layers::Embedding embedding(4, 2, initializers::get("uniform"), "words");
+  Tensor vectors = embedding(Tensor::from_vector<std::int64_t>({3, -1}, {2}).to(gpu));
+  expect_throw_with<ValueError>([&] { vectors.to_vector<float>(); },
+                                "Embedding 'words': index -1 is out of range; expected indices "
+                                "in [0, 4)");
+}
+
+TEST(GpuKernelsOnHost, IndexErrorsWaitForTheNextRead) {
+  if (gpu::device_count() > 0) GTEST_SKIP() << "a real GPU is here: Gpu.IndexErrorsWaitForTheNextRead runs";
+  ScopedGpuEmulation emulation(testing::emulated_gpu_backend());
+  check_index_errors_wait_for_the_next_read(Device::gpu(0));
+}
+
+// fit() on a GPU reads from it only for the logs: after each epoch (one copy for the loss, one
+// per metric), whatever the number of batches, unless a callback asks for every batch's.
+TEST(GpuKernelsOnHost, TrainingReadsFromTheGpuOnlyForTheLogs) {
+  if (gpu::device_count() > 0) GTEST_SKIP() << "counts reads of the emulated GPU";
+  ScopedGpuEmulation emulation(testing::emulated_gpu_backend());
+  auto reads_to_train = [](std::int64_t samples, std::vector<CallbackPtr> callbacks) {
+    DefaultDeviceScope on(Device::gpu(0));
+    clear_session();
+    set_random_seed(3);
+    testing::Blobs data = testing::make_blobs(samples, 5);
+    Sequential model({layers::Dense(8, "relu"), layers::Dense(3)});
+    model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(), {"accuracy"});
+    model.build({samples, 2});
+    std::int64_t before = emulated_gpu_reads();
+    model.fit(data.x, data.y, {.batch_size = 8, .epochs = 2, .callbacks = callbacks, .verbose = 0});
+    return emulated_gpu_reads() - before;
+  };
+  EXPECT_EQ(reads_to_train(16, {}), 2 * 2) << "2 batches an epoch";
+  EXPECT_EQ(reads_to_train(128, {}), 2 * 2) << "16 batches an epoch";
+  // TerminateOnNaN reads every batch's loss, as in Keras.
+  EXPECT_EQ(reads_to_train(128, {std::make_shared<TerminateOnNaN>()}), 2 * 16 * 2);
+}
+
 TEST(DefaultDevice, AGpuThatDoesNotExistIsRefused) {
   if (gpu::device_count() > 0) GTEST_SKIP() << "a GPU is here";
   expect_throw_with<ValueError>([] { set_default_device(Device::gpu(0)); },
@@ -188,6 +244,10 @@ TEST_F(Gpu, AMissingGpuIsNamed) {
   int count = gpu::device_count();
   expect_throw_with<ValueError>([&] { Tensor::zeros({2}, float32, Device::gpu(count)); },
                                 "gpu:" + std::to_string(count) + " does not exist");
+}
+
+TEST_F(Gpu, IndexErrorsWaitForTheNextRead) {
+  check_index_errors_wait_for_the_next_read(Device::gpu(0));
 }
 
 TEST_F(Gpu, TrainingGivesTheCpuWeights) {

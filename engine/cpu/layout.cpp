@@ -1,8 +1,9 @@
 // CPU kernels that move elements: transpose, slices, gather (take) and its scatter-add
-// gradient, one_hot.
+// gradient, one_hot; and the range check of their indices.
 #include <cstring>
 
 #include "engine/cpu/kernels.h"
+#include "engine/errors.h"
 #include "engine/cpu/strided_loops.h"
 
 namespace keras::cpu {
@@ -58,6 +59,28 @@ void write_slice(const Tensor& source, const Shape& starts, Tensor& destination)
   strided_copy(source.shape(), row_major_strides(source.shape()), strides, source.raw_data(),
                static_cast<char*>(destination.raw_data()) + offset_of(starts, strides) * bytes,
                bytes);
+}
+
+namespace {
+template <typename Index>
+void check_each_index(const Index* indices, std::int64_t count, const IndexCheck& check) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    auto index = static_cast<std::int64_t>(indices[i]);
+    if (index < check.lower || index >= check.upper) {
+      throw ValueError(index_error_message(check.message, index));
+    }
+  }
+}
+}  // namespace
+
+void check_indices(const Tensor& indices, const IndexCheck& check) {
+  if (indices.dtype() == int32) {
+    check_each_index(static_cast<const std::int32_t*>(indices.raw_data()), indices.size(), check);
+  } else if (indices.dtype() == int64) {
+    check_each_index(static_cast<const std::int64_t*>(indices.raw_data()), indices.size(), check);
+  } else {
+    throw DTypeError(str("indices must be int32 or int64, got ", dtype_name(indices.dtype())));
+  }
 }
 
 namespace {

@@ -181,8 +181,20 @@ void copy_device_to_host(void* host_pointer, const void* device_pointer, std::si
   check_cuda(cudaMemcpyAsync(staged ? state.staging : host_pointer, device_pointer, bytes,
                              cudaMemcpyDeviceToHost, state.stream),
              "cudaMemcpyAsync (device to host)", device_index);
+  // The deferred errors (engine/index_check.h) come back with the data, in the same wait.
+  check_cuda(cudaMemcpyAsync(state.error_report_host, state.error_report,
+                             sizeof(gpu_kernels::ErrorReport), cudaMemcpyDeviceToHost,
+                             state.stream),
+             "cudaMemcpyAsync (kernel error report)", device_index);
   check_cuda(cudaStreamSynchronize(state.stream), "cudaStreamSynchronize", device_index);
   if (staged) std::memcpy(host_pointer, state.staging, bytes);
+  gpu_kernels::ErrorReport report = *state.error_report_host;
+  if (report.code != 0) {
+    check_cuda(cudaMemsetAsync(state.error_report, 0, sizeof(gpu_kernels::ErrorReport),
+                               state.stream),
+               "cudaMemsetAsync (kernel error report)", device_index);
+    gpu_kernels::throw_reported_error(report);
+  }
 }
 
 void copy_device_to_device(void* destination, const void* source, std::size_t bytes,

@@ -11,6 +11,7 @@
 
 #include "engine/errors.h"
 #include "engine/host_device.h"
+#include "engine/index_check.h"
 #include "engine/strided_plan.h"
 
 namespace keras::gpu_kernels {
@@ -53,7 +54,14 @@ IndexMap<N> index_map(const StridedPlan<N>& plan, const char* kernel) {
 }
 
 // Errors a kernel can meet in the data (the arguments were checked before the launch).
-enum class KernelError : int { none = 0, integer_division_by_zero = 1, negative_integer_power = 2 };
+// index_out_of_range is deferred (engine/index_check.h): first is the index, second the check's
+// message.
+enum class KernelError : int {
+  none = 0,
+  integer_division_by_zero = 1,
+  negative_integer_power = 2,
+  index_out_of_range = 3
+};
 
 struct ErrorReport {
   int code = 0;  // a KernelError; the first one reported wins
@@ -81,6 +89,9 @@ inline void throw_reported_error(const ErrorReport& report) {
     case KernelError::integer_division_by_zero:
       throw ValueError(str("divide: integer division by zero (", report.first, " / 0); NumPy ",
                            "would give 0 with a warning, we refuse"));
+    case KernelError::index_out_of_range:
+      throw ValueError(index_error_message(static_cast<int>(report.second), report.first) +
+                       " (found by a check on the GPU, reported at the next read from it)");
     case KernelError::negative_integer_power:
       throw ValueError(str("power: integers to negative integer powers are not allowed (got ",
                            report.first, " ** ", report.second, "); cast to a floating dtype ",

@@ -35,6 +35,10 @@ class KernelBackend final : public Backend {
   KERAS_KERNELS(KERAS_BIND_GPU_KERNEL)
 #undef KERAS_BIND_GPU_KERNEL
 #undef KERAS_UNPACK_ARGUMENTS
+  void raise_deferred_errors(Device device) override {
+    Launcher launcher(device);
+    launcher.check_errors();
+  }
 };
 
 }  // namespace keras::gpu_kernels

@@ -87,7 +87,9 @@ struct TakeBody {
     std::int64_t j = flat % inner;
     std::int64_t row = flat / inner;
     std::int64_t i = row % count, o = row / count;
-    out[flat] = x[(o * length + index_at(indices, i, length)) * inner + j];
+    std::int64_t index = index_at(indices, i, length);
+    // An index out of range was reported by check_indices; its row is left as zeros.
+    out[flat] = index >= 0 && index < length ? x[(o * length + index) * inner + j] : Word{0};
   }
 };
 
@@ -100,8 +102,22 @@ struct TakeGradientBody {
   KERAS_HOST_DEVICE void operator()(std::int64_t flat) const {
     std::int64_t j = flat % inner, o = flat / inner;
     for (std::int64_t i = 0; i < count; ++i) {
-      input_gradient[(o * length + index_at(indices, i, length)) * inner + j] +=
-          output_gradient[(o * count + i) * inner + j];
+      std::int64_t index = index_at(indices, i, length);
+      if (index < 0 || index >= length) continue;  // reported by check_indices
+      input_gradient[(o * length + index) * inner + j] += output_gradient[(o * count + i) * inner + j];
+    }
+  }
+};
+
+template <typename Index>
+struct CheckIndicesBody {
+  const Index* indices;
+  IndexCheck check;
+  ErrorReport* report;
+  KERAS_HOST_DEVICE void operator()(std::int64_t i) const {
+    auto index = static_cast<long long>(indices[i]);
+    if (index < check.lower || index >= check.upper) {
+      report_error(report, KernelError::index_out_of_range, index, check.message);
     }
   }
 };
@@ -122,6 +138,17 @@ decltype(auto) dispatch_index(DType dtype, Fn&& fn) {
   if (dtype == DType::int32) return fn(std::int32_t{});
   if (dtype == DType::int64) return fn(std::int64_t{});
   throw DTypeError(str("indices must be int32 or int64, got ", dtype_name(dtype)));
+}
+
+// Deferred: no wait here (engine/index_check.h).
+template <class Launcher>
+void check_indices(Launcher& launcher, const Tensor& indices, const IndexCheck& check) {
+  dispatch_index(indices.dtype(), [&](auto index_zero) {
+    using Index = decltype(index_zero);
+    launcher.for_each(indices.size(),
+                      CheckIndicesBody<Index>{static_cast<const Index*>(indices.raw_data()), check,
+                                              launcher.error_report()});
+  });
 }
 
 template <class Launcher>

@@ -189,18 +189,25 @@ Tensor concatenate(const std::vector<Tensor>& tensors, std::int64_t axis_in) {
   });
 }
 
+void check_indices(const Tensor& indices, std::int64_t lower, std::int64_t upper,
+                   const std::string& message) {
+  detail::check_defined(indices, "check_indices", "indices");
+  if (indices.dtype() != int32 && indices.dtype() != int64) {
+    throw DTypeError(str("check_indices: indices must be int32 or int64, got ",
+                         dtype_name(indices.dtype())));
+  }
+  if (indices.size() == 0) return;
+  backend_for(indices.device()).check_indices(indices, make_index_check(lower, upper, message));
+}
+
 namespace {
-void check_indices(const Tensor& indices, std::int64_t limit, const char* op) {
+void check_take_indices(const Tensor& indices, std::int64_t limit, const char* op) {
   if (indices.dtype() != int32 && indices.dtype() != int64) {
     throw DTypeError(str(op, ": indices must be int32 or int64, got ",
                          dtype_name(indices.dtype())));
   }
-  for (std::int64_t index : indices.to_vector<std::int64_t>()) {
-    if (index < -limit || index >= limit) {
-      throw ValueError(str(op, ": index ", index, " is out of range; expected values in [",
-                           -limit, ", ", limit, ")"));
-    }
-  }
+  check_indices(indices, -limit, limit,
+                str(op, ": index {} is out of range; expected values in [", -limit, ", ", limit, ")"));
 }
 }  // namespace
 
@@ -210,7 +217,7 @@ Tensor take(const Tensor& x, const Tensor& indices, std::int64_t axis_in) {
   detail::check_same_device(x, indices, "take");
   if (x.rank() == 0) throw ValueError("take: cannot index a scalar");
   int axis = normalize_axis(axis_in, x.rank(), "take");
-  check_indices(indices, x.shape()[axis], "take");
+  check_take_indices(indices, x.shape()[axis], "take");
   Shape shape(x.shape().begin(), x.shape().begin() + axis);
   shape.insert(shape.end(), indices.shape().begin(), indices.shape().end());
   shape.insert(shape.end(), x.shape().begin() + axis + 1, x.shape().end());

@@ -22,10 +22,11 @@ class HostLauncher {
     static_assert(std::is_trivially_copyable_v<Body>, "kernel bodies are copied to the GPU");
     for (std::int64_t i = count - 1; i >= 0; --i) body(i);
   }
-  gpu_kernels::ErrorReport* error_report() { return &report_; }
+  // One slot for the emulated device, as a GPU has one: deferred reports outlive the launch.
+  gpu_kernels::ErrorReport* error_report() { return &device_report(); }
   void check_errors() {
-    gpu_kernels::ErrorReport report = report_;
-    report_ = {};
+    gpu_kernels::ErrorReport report = device_report();
+    device_report() = {};
     gpu_kernels::throw_reported_error(report);
   }
   void copy(void* destination, const void* source, std::size_t bytes) {
@@ -53,8 +54,11 @@ class HostLauncher {
   Device device() const { return device_; }
 
  private:
+  static gpu_kernels::ErrorReport& device_report() {
+    static gpu_kernels::ErrorReport report;
+    return report;
+  }
   Device device_;
-  gpu_kernels::ErrorReport report_;
 };
 
 // The GPU kernels on host memory.
