@@ -32,35 +32,42 @@ void Communicator::set_timeout(std::chrono::milliseconds timeout) {
   timeout_ = timeout;
 }
 
+Communicator& Communicator::serving(Device device, const char* what) {
+  if (accepts(device)) return *this;
+  std::shared_ptr<Communicator> twin = device_twin();
+  if (twin && twin->accepts(device)) return *twin;
+  throw ValueError(str(what, " over group '", name(), "': the tensor is on ", device.to_string(),
+                       ", which this group does not serve",
+                       device.is_cpu() ? " (it is NCCL's: move the tensor to its GPU)"
+                       : twin          ? str(" (its GPU twin '", twin->name(),
+                                             "' serves another GPU: this process's, from initialize())")
+                                       : std::string(" and it has no GPU twin (NCCL needs a build with "
+                                                     "NCCL, more than one process and a GPU for each)")));
+}
+
 namespace {
-void check_device(const Communicator& communicator, const Tensor& tensor, const char* what) {
+Communicator& serving_tensor(Communicator& group, const Tensor& tensor, const char* what) {
   if (!tensor.defined()) throw ValueError(str(what, ": the tensor is undefined"));
-  if (!communicator.accepts(tensor.device())) {
-    throw ValueError(str(what, " over group '", communicator.name(), "': the tensor is on ",
-                         tensor.device().to_string(), ", which this communicator does not serve",
-                         tensor.device().is_cpu() ? " (it is NCCL's: move the tensor to its GPU)"
-                                                  : " (CPU collectives need CPU tensors; GPUs "
-                                                    "need the NCCL communicator)"));
-  }
+  return group.serving(tensor.device(), what);
 }
 }  // namespace
 
 void Communicator::all_reduce(Tensor& tensor, ReduceOperation operation) {
-  check_device(*this, tensor, "all_reduce");
-  all_reduce(tensor.raw_data(), tensor.size(), tensor.dtype(), operation);
+  serving_tensor(*this, tensor, "all_reduce")
+      .all_reduce(tensor.raw_data(), tensor.size(), tensor.dtype(), operation);
 }
 
 Tensor Communicator::all_gather(const Tensor& tensor) {
-  check_device(*this, tensor, "all_gather");
+  Communicator& group = serving_tensor(*this, tensor, "all_gather");
   Shape shape = tensor.shape();
   shape.insert(shape.begin(), size());
   Tensor out = Tensor::empty(shape, tensor.dtype(), tensor.device());
-  all_gather(tensor.raw_data(), out.raw_data(), tensor.size(), tensor.dtype());
+  group.all_gather(tensor.raw_data(), out.raw_data(), tensor.size(), tensor.dtype());
   return out;
 }
 
 Tensor Communicator::reduce_scatter(const Tensor& tensor, ReduceOperation operation) {
-  check_device(*this, tensor, "reduce_scatter");
+  Communicator& group = serving_tensor(*this, tensor, "reduce_scatter");
   if (tensor.rank() == 0 || tensor.dim(0) % size() != 0) {
     throw ShapeError(str("reduce_scatter over ", name(), " (", size(),
                          " processes) needs a leading dimension divisible by ", size(),
@@ -69,13 +76,13 @@ Tensor Communicator::reduce_scatter(const Tensor& tensor, ReduceOperation operat
   Shape shape = tensor.shape();
   shape[0] /= size();
   Tensor out = Tensor::empty(shape, tensor.dtype(), tensor.device());
-  reduce_scatter(tensor.raw_data(), out.raw_data(), out.size(), tensor.dtype(), operation);
+  group.reduce_scatter(tensor.raw_data(), out.raw_data(), out.size(), tensor.dtype(), operation);
   return out;
 }
 
 void Communicator::broadcast(Tensor& tensor, int root) {
-  check_device(*this, tensor, "broadcast");
-  broadcast(tensor.raw_data(), tensor.size(), tensor.dtype(), root);
+  serving_tensor(*this, tensor, "broadcast")
+      .broadcast(tensor.raw_data(), tensor.size(), tensor.dtype(), root);
 }
 
 LocalCommunicator::LocalCommunicator(std::string name) : name_(std::move(name)) {}

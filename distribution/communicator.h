@@ -48,7 +48,17 @@ class Communicator {
   // Processes with the same color form a new group, ordered by key (MPI_Comm_split).
   virtual std::shared_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
 
-  // Tensor conveniences, for tensors on a device the communicator accepts().
+  // The group of the same processes, in the same order, for buffers on another device: a CPU
+  // group's NCCL twin (gpu_world() for world(), the NCCL split for each mesh-axis group). Held
+  // weakly: whoever made the twin owns it (the runtime, the mesh-axis group cache), so that
+  // finalize() can release NCCL before the groups it bootstrapped over.
+  void set_device_twin(const std::shared_ptr<Communicator>& twin) { device_twin_ = twin; }
+  std::shared_ptr<Communicator> device_twin() const { return device_twin_.lock(); }
+  // This group, or its twin, whichever accepts(device); a ValueError naming the group and the
+  // device otherwise.
+  Communicator& serving(Device device, const char* what);
+
+  // Tensor conveniences, for tensors on a device this group or its twin accepts().
   void all_reduce(Tensor& tensor, ReduceOperation operation = ReduceOperation::sum);
   Tensor all_gather(const Tensor& tensor);  // concatenated along a new leading axis
   Tensor reduce_scatter(const Tensor& tensor, ReduceOperation operation = ReduceOperation::sum);
@@ -66,6 +76,9 @@ class Communicator {
   // PyTorch uses 10 min).
   static std::chrono::milliseconds default_timeout();
   std::chrono::milliseconds timeout_ = default_timeout();
+
+ private:
+  std::weak_ptr<Communicator> device_twin_;
 };
 
 // The group of one process.

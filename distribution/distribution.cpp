@@ -186,7 +186,11 @@ namespace {
 // every layer and every step would otherwise repeat. Every process creates them in the same
 // order (the calls are collective), so the caches agree across processes.
 std::mutex group_cache_mutex;
-std::map<std::string, std::shared_ptr<Communicator>> group_cache;
+struct AxisGroups {
+  std::shared_ptr<Communicator> host;
+  std::shared_ptr<Communicator> gpus;  // host's device twin, when there is a gpu_world()
+};
+std::map<std::string, AxisGroups> group_cache;
 
 std::string group_key(const DeviceMesh& mesh, const std::string& axis_name) {
   std::string key = shape_to_string(mesh.shape());
@@ -209,18 +213,26 @@ std::shared_ptr<Communicator> mesh_axis_group(const DeviceMesh& mesh,
                          " devices but there are ", num_processes(), " processes; the mesh must "
                          "have one device per process"));
   }
+  std::shared_ptr<Communicator> gpus = gpu_world();
   std::lock_guard lock(group_cache_mutex);
   std::string key = group_key(mesh, axis_name);
-  if (auto found = group_cache.find(key); found != group_cache.end()) return found->second;
+  if (auto found = group_cache.find(key); found != group_cache.end()) return found->second.host;
   std::vector<std::int64_t> coordinates = process_coordinates(mesh);
   int rank_in_group = static_cast<int>(coordinates[axis]);
   coordinates[axis] = 0;
   std::int64_t color = 0;  // row-major index of the coordinates with the axis removed
   for (std::size_t d = 0; d < coordinates.size(); ++d) color = color * mesh.shape()[d] + coordinates[d];
-  auto group = world().split(static_cast<int>(color), rank_in_group,
-                             str("mesh axis '", axis_name, "' (group ", color, ")"));
-  group_cache.emplace(key, group);
-  return group;
+  std::string name = str("mesh axis '", axis_name, "' (group ", color, ")");
+  AxisGroups groups;
+  groups.host = world().split(static_cast<int>(color), rank_in_group, name);
+  // The same processes' GPUs: sharded layers and gradient buckets on a GPU use it (a
+  // collective split too, made by every process at the same point as the host one).
+  if (gpus) {
+    groups.gpus = gpus->split(static_cast<int>(color), rank_in_group, name);
+    groups.host->set_device_twin(groups.gpus);
+  }
+  group_cache.emplace(key, groups);
+  return groups.host;
 }
 
 std::int64_t process_device_index(const DeviceMesh& mesh) {

@@ -24,17 +24,12 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
                            "'); create every variable on one device"));
     }
   }
+  // The buckets live on the variables' device and are reduced by the group that serves it:
+  // on a GPU, the host group's NCCL twin (Communicator::device_twin).
   reduce_group_ = group_;
-  if (device.is_gpu()) {
-    std::shared_ptr<Communicator> nccl = gpu_world();
-    if (group_.get() != world_pointer().get() || !nccl || !nccl->accepts(device)) {
-      throw NotImplementedError(str(
-          "data-parallel gradients on ", device.to_string(), " over group '", group_->name(),
-          "': ", !nccl ? "there is no NCCL communicator (a build without NCCL, or one process)"
-                       : "only the world group has an NCCL communicator so far, on the GPU "
-                         "initialize() chose (distribution::local_gpu())"));
-    }
-    reduce_group_ = nccl;
+  if (!group_->accepts(device)) {
+    group_->serving(device, "data-parallel gradient all_reduce");  // throws, saying why
+    reduce_group_ = group_->device_twin();
   }
   bucket_of_.resize(variables_.size());
   received_.assign(variables_.size(), false);

@@ -311,6 +311,7 @@ void choose_gpu() {
 #if defined(KERAS_HAS_NCCL)
   if (world_communicator->size() > 1) {
     gpu_world_communicator = std::make_shared<NcclCommunicator>(world_communicator, chosen, "world");
+    world_communicator->set_device_twin(gpu_world_communicator);
   }
 #endif
 }
@@ -417,7 +418,9 @@ bool is_initialized() {
 
 void finalize() {
   std::lock_guard lock(state_mutex);
-  // NCCL first: its communicator bootstraps over the world, which goes below.
+  // NCCL first: its communicators bootstrap over the world, which goes below. The mesh-axis
+  // groups hold the NCCL splits.
+  clear_mesh_axis_groups();
   gpu_world_communicator.reset();
   if (rendezvous_store) {
     if (auto failure = collective_failure()) {
@@ -525,6 +528,23 @@ int require_local_gpu() {
 std::shared_ptr<Communicator> gpu_world() {
   std::lock_guard lock(state_mutex);
   return gpu_world_communicator;
+}
+
+ScopedGpuWorldOverride::ScopedGpuWorldOverride(std::shared_ptr<Communicator> group) {
+  clear_mesh_axis_groups();  // made again, with twins split from `group`
+  std::shared_ptr<Communicator> world = world_pointer();
+  std::lock_guard lock(state_mutex);
+  previous_ = gpu_world_communicator;
+  gpu_world_communicator = std::move(group);
+  world->set_device_twin(gpu_world_communicator);
+}
+
+ScopedGpuWorldOverride::~ScopedGpuWorldOverride() {
+  clear_mesh_axis_groups();
+  std::shared_ptr<Communicator> world = world_pointer();
+  std::lock_guard lock(state_mutex);
+  gpu_world_communicator = previous_;
+  world->set_device_twin(gpu_world_communicator);
 }
 
 void note_distribution_created() { distribution_created = true; }

@@ -45,6 +45,22 @@ int require_local_gpu();
 // The NCCL group of all processes' GPUs, made by initialize() under more than one process when
 // the build has NCCL and every process has a GPU; null otherwise.
 std::shared_ptr<Communicator> gpu_world();
+// It is also world()'s device twin (Communicator::device_twin), and each mesh-axis group's twin
+// is split from it.
+
+// For tests on machines without a GPU (engine/gpu_emulation.h): while it lives, gpu_world() is
+// `group` (one that serves the emulated GPU, tests/gpu_emulation/) and mesh-axis groups are made
+// again with twins split from it.
+class ScopedGpuWorldOverride {
+ public:
+  explicit ScopedGpuWorldOverride(std::shared_ptr<Communicator> group);
+  ~ScopedGpuWorldOverride();
+  ScopedGpuWorldOverride(const ScopedGpuWorldOverride&) = delete;
+  ScopedGpuWorldOverride& operator=(const ScopedGpuWorldOverride&) = delete;
+
+ private:
+  std::shared_ptr<Communicator> previous_;
+};
 
 // Called by Distribution's constructor: initialize() refuses to run after this.
 void note_distribution_created();

@@ -10,7 +10,11 @@
 #include "distribution/placement.h"
 #include "distribution/redistribute.h"
 #include "distribution/sharded_tensor.h"
+#include "engine/gpu_emulation.h"
+#include "engine/gpu_runtime.h"
 #include "keras.h"
+#include "tests/gpu_emulation/emulated_gpu_group.h"
+#include "tests/gpu_emulation/host_launcher.h"
 #include "tests/test_helpers.h"
 
 namespace keras {
@@ -169,6 +173,7 @@ struct TrainingRun {
   std::vector<double> losses;
   std::vector<std::vector<double>> weights;  // whole, in variable order
   std::int64_t local_parameters = 0, global_parameters = 0;
+  std::vector<Device> devices;  // of the variables
   bool trained = false;  // some weight moved from its initial value
   bool model_axes = false;  // whether a mesh axis other than the batch axis has several devices
 };
@@ -212,6 +217,7 @@ TrainingRun train(const Case& test, bool sharded) {
     }
   }
   for (Variable* variable : model->variables()) {
+    run.devices.push_back(variable->value.device());
     run.local_parameters += variable->value.size();
     run.global_parameters += shape_size(variable->global_shape());
     Tensor whole = variable->value;
@@ -243,6 +249,35 @@ TEST_P(ModelParallelTable, MatchesOneProcess) {
     keras::testing::expect_close(sharded.weights[w], single.weights[w], 1e-5,
                                  test.name + " weight " + std::to_string(w));
   }
+}
+
+// The same on every process's (emulated) GPU: variables, activations and their collectives
+// stay on gpu:0, the collectives go through each mesh-axis group's GPU twin (split from
+// gpu_world(), as NCCL's are), and the numbers are the CPU run's. GPU memory is host memory
+// here and the kernels are the CUDA bodies run on the host (tests/gpu_emulation/).
+TEST_P(ModelParallelTable, MatchesOneProcessOnTheGpus) {
+  ASSERT_GT(size(), 1);
+  if (gpu::device_count() > 0) GTEST_SKIP() << "GPUs are here: tests/nccl/ runs on them";
+  const Case& test = GetParam();
+  TrainingRun single = train(test, false);
+  ScopedGpuEmulation emulation(keras::testing::emulated_gpu_backend());
+  kd::ScopedGpuWorldOverride gpus(std::make_shared<keras::testing::EmulatedGpuGroup>(kd::world_pointer()));
+  TrainingRun sharded;
+  const std::int64_t served_before = keras::testing::EmulatedGpuGroup::served;
+  {
+    DefaultDeviceScope on(Device::gpu(0));
+    sharded = train(test, true);
+  }
+  for (Device device : sharded.devices) EXPECT_EQ(device, Device::gpu(0));
+  EXPECT_GT(keras::testing::EmulatedGpuGroup::served, served_before)
+      << "the GPU tensors' collectives went through the GPU twins";
+  keras::testing::expect_close(sharded.losses, single.losses, 1e-5, test.name + " losses");
+  ASSERT_EQ(sharded.weights.size(), single.weights.size());
+  for (std::size_t w = 0; w < single.weights.size(); ++w) {
+    keras::testing::expect_close(sharded.weights[w], single.weights[w], 1e-5,
+                                 test.name + " weight " + std::to_string(w));
+  }
+  clear_session();  // its variables live in the emulated GPU's memory
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ModelParallelTable, ::testing::ValuesIn(cases()),

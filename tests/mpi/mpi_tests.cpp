@@ -10,7 +10,11 @@
 #include "distribution/gradient_reducer.h"
 #include "distribution/local_gpu.h"
 #include "distribution/mpi/mpi_communicator.h"
+#include "engine/gpu_emulation.h"
+#include "engine/gpu_runtime.h"
 #include "keras.h"
+#include "tests/gpu_emulation/emulated_gpu_group.h"
+#include "tests/gpu_emulation/host_launcher.h"
 #include "tests/test_helpers.h"
 
 namespace keras {
@@ -234,6 +238,31 @@ TEST(DataParallelTraining, MatchesOneProcessWithAdam) { expect_same_training("ad
 // 66 samples: the last batch has 2 rows, so with 4 processes two of them get none.
 TEST(DataParallelTraining, MatchesOneProcessWithDropoutAndEmptyShares) {
   expect_same_training("adam", 66, /*dropout=*/true);
+}
+
+// On every process's (emulated) GPU: the gradient buckets live on gpu:0 and are reduced by the
+// world's GPU twin (gpu_world(): NCCL on real GPUs, a host group on the emulated one's memory
+// here), and the weights are still one CPU process's.
+TEST(DataParallelTraining, OnTheGpusMatchesOneProcess) {
+  if (gpu::device_count() > 0) GTEST_SKIP() << "GPUs are here: tests/nccl/ trains on them";
+  std::map<std::string, double> single_evaluation, parallel_evaluation;
+  auto single = train(false, "adam", &single_evaluation);
+  ScopedGpuEmulation emulation(keras::testing::emulated_gpu_backend());
+  kd::ScopedGpuWorldOverride gpus(std::make_shared<keras::testing::EmulatedGpuGroup>(kd::world_pointer()));
+  const std::int64_t served_before = keras::testing::EmulatedGpuGroup::served;
+  std::vector<std::vector<double>> parallel;
+  {
+    DefaultDeviceScope on(Device::gpu(0));
+    parallel = train(true, "adam", &parallel_evaluation);
+  }
+  EXPECT_GT(keras::testing::EmulatedGpuGroup::served, served_before)
+      << "the gradient buckets were reduced by the GPU twin";
+  ASSERT_EQ(single.size(), parallel.size());
+  for (std::size_t w = 0; w < single.size(); ++w) {
+    keras::testing::expect_close(parallel[w], single[w], 1e-5, "weight " + std::to_string(w));
+  }
+  EXPECT_NEAR(parallel_evaluation["loss"], single_evaluation["loss"], 1e-5);
+  clear_session();  // its variables live in the emulated GPU's memory
 }
 
 // What the small model never reached: several buckets, gradients of 1 MiB or more reduced in

@@ -1,6 +1,7 @@
 // NCCL under mpirun, one GPU per process: initialize() chooses each process's GPU and builds
-// the NCCL world; collectives on device tensors give the closed-form results; a collective the
-// processes disagree on is refused with both signatures named. Exits 77 (a CTest skip) where
+// the NCCL world; collectives on device tensors give the closed-form results; DataParallel and
+// ModelParallel training on the GPUs give one GPU's weights; a collective the processes disagree
+// on is refused with both signatures named. Exits 77 (a CTest skip) where
 // there is no GPU or no NCCL in the build, saying which.
 // Run: mpirun -np N nccl_check   (N <= GPUs on the host)
 #include <cstdio>
@@ -8,7 +9,10 @@
 #include <cstdlib>
 #include <memory>
 
+#include "distribution/placement.h"
+#include "distribution/redistribute.h"
 #include "distribution/runtime.h"
+#include "distribution/sharded_tensor.h"
 #include "engine/gpu_runtime.h"
 #include "keras.h"
 
@@ -61,17 +65,29 @@ int main() {
     keras::RandomSpec spec{keras::RandomDistribution::uniform, -1.0, 1.0, 5};
     Tensor features = keras::ops::random(spec, {128, 4}, keras::float32);
     Tensor labels = keras::ops::argmax(features, 1);
+    auto named = [](const char* name) {
+      keras::layers::DenseOptions options;
+      options.name = name;
+      return options;
+    };
     auto train = [&] {
       keras::clear_session();
       keras::set_random_seed(9);
-      keras::Sequential model({keras::layers::Dense(16, "relu"), keras::layers::Dense(4)});
+      keras::Sequential model({keras::layers::Dense(16, "relu", named("hidden")),
+                               keras::layers::Dense(4, "", named("head"))});
       model.compile(keras::optimizers::Adam(0.01),
                     keras::losses::SparseCategoricalCrossentropy(true), {"accuracy"});
       model.fit(features, labels, {.batch_size = 32, .epochs = 2, .shuffle = false, .verbose = 0});
       std::vector<double> weights;
+      keras::NoGradGuard no_grad;
       for (const Tensor& w : model.weights()) {
         expect(w.device() == gpu, "variables live on the process's GPU");
-        for (double value : w.to_vector<double>()) weights.push_back(value);
+        Tensor whole = w;  // a sharded weight is gathered whole (over NCCL)
+        if (auto sharding = kd::sharding_of(whole)) {
+          whole = kd::redistribute(whole, *sharding,
+                                   kd::Sharding::replicated(sharding->mesh(), sharding->global_shape()));
+        }
+        for (double value : whole.to_vector<double>()) weights.push_back(value);
       }
       return weights;
     };
@@ -87,6 +103,25 @@ int main() {
                 "difference %.3g\n", rank, size, largest);
     expect(alone.size() == together.size() && largest <= 1e-5,
            "DataParallel on the GPUs gives one GPU's weights within 1e-5");
+    // ModelParallel: the hidden layer split by columns, the head by rows, over a "model" axis
+    // of every GPU; its all-gathers and all-reduces go through the mesh axis' NCCL split.
+    auto mesh = std::make_shared<kd::DeviceMesh>(std::vector<std::int64_t>{1, size},
+                                                 std::vector<std::string>{"batch", "model"});
+    auto layouts = std::make_shared<kd::LayoutMap>(mesh);
+    (*layouts)[".*hidden/kernel"] = {std::nullopt, "model"};
+    (*layouts)[".*hidden/bias"] = {"model"};
+    (*layouts)[".*head/kernel"] = {"model", std::nullopt};
+    kd::set_distribution(std::make_shared<kd::ModelParallel>(layouts));
+    std::vector<double> sharded = train();
+    kd::set_distribution(nullptr);
+    largest = 0;
+    for (std::size_t i = 0; i < alone.size() && i < sharded.size(); ++i) {
+      largest = std::max(largest, std::abs(alone[i] - sharded[i]));
+    }
+    std::printf("nccl_check: rank %d: ModelParallel on %d GPUs against one GPU: largest weight "
+                "difference %.3g\n", rank, size, largest);
+    expect(alone.size() == sharded.size() && largest <= 1e-5,
+           "ModelParallel on the GPUs gives one GPU's weights within 1e-5");
   }
   // A CPU tensor is refused with what to do.
   try {
