@@ -44,6 +44,16 @@ class Communicator {
   virtual void reduce_scatter(const void* send, void* receive, std::int64_t count, DType dtype,
                               ReduceOperation operation) = 0;
   virtual void broadcast(void* data, std::int64_t count, DType dtype, int root) = 0;
+  // An all_reduce that work queued later on this process need not wait for until
+  // wait_for_started_all_reduces(): on a GPU it runs on the communication stream while the
+  // compute stream goes on (the data-parallel buckets overlap the rest of backward); `data`
+  // must stay alive and unwritten until then. Elsewhere it is all_reduce, done on return.
+  virtual void start_all_reduce(void* data, std::int64_t count, DType dtype,
+                                ReduceOperation operation) {
+    all_reduce(data, count, dtype, operation);
+  }
+  // Work queued from now on waits for every start_all_reduce so far.
+  virtual void wait_for_started_all_reduces() {}
   virtual void barrier() = 0;
   // Processes with the same color form a new group, ordered by key (MPI_Comm_split).
   virtual std::shared_ptr<Communicator> split(int color, int key, const std::string& name) = 0;

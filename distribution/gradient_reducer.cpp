@@ -91,8 +91,8 @@ void GradientReducer::start(Bucket& bucket) {
   bucket.started = true;
   auto begin = std::chrono::steady_clock::now();
   CollectiveLog::record("all_reduce", group_->name(), static_cast<std::int64_t>(bucket.buffer.nbytes()));
-  reduce_group_->all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(),
-                            bucket.buffer.dtype(), ReduceOperation::sum);
+  reduce_group_->start_all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(),
+                                  bucket.buffer.dtype(), ReduceOperation::sum);
   communication_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
 }
 
@@ -155,11 +155,14 @@ void GradientReducer::finish() {
     reduced.push_back(gradient);
     auto begin = std::chrono::steady_clock::now();
     CollectiveLog::record("all_reduce", group_->name(), static_cast<std::int64_t>(gradient.nbytes()));
-    reduce_group_->all_reduce(gradient.raw_data(), gradient.size(), gradient.dtype(),
-                              ReduceOperation::sum);
+    reduce_group_->start_all_reduce(gradient.raw_data(), gradient.size(), gradient.dtype(),
+                                    ReduceOperation::sum);
     communication_seconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   }
+  // The optimizer's kernels come after this: on a GPU they wait for the reductions here,
+  // which ran beside the backward pass until now.
+  reduce_group_->wait_for_started_all_reduces();
   last_communication_seconds_ = communication_seconds_;
   communication_seconds_ = 0;
   // Each gradient becomes a view of its slice of the bucket (DDP's gradient_as_bucket_view):

@@ -1,6 +1,7 @@
 // Caching allocator: per-device free lists keyed by rounded size.
 #include "engine/allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -145,8 +146,15 @@ AllocatorStats allocator_stats(Device device) {
 void release_cached_memory() {
   auto drain = [](Pool& pool, Device device) {
     std::lock_guard lock(pool.mutex);
+    // Each block leaves its list before it is freed: if a free fails (a GPU after a fault),
+    // no freed block stays listed to be handed out, or freed, again.
     for (auto& [size, blocks] : pool.free_blocks) {
-      for (void* block : blocks) system_free(block, device);
+      while (!blocks.empty()) {
+        void* block = blocks.back();
+        blocks.pop_back();
+        pool.stats.cached_bytes -= std::min(pool.stats.cached_bytes, size);
+        system_free(block, device);
+      }
     }
     pool.free_blocks.clear();
     pool.stats.cached_bytes = 0;

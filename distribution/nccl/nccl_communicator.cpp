@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "distribution/collective_failure.h"
 #include "distribution/collective_signature.h"
@@ -64,24 +65,22 @@ struct NcclCommunicator::Pending {
 
 namespace {
 
-// Waits for a non-blocking communicator to leave ncclInProgress (initialisation, split), up to
-// the deadline; aborts it and throws otherwise.
-void wait_until_ready(ncclComm_t comm, const std::string& what, Clock::time_point deadline) {
+// Waits for a non-blocking communicator to leave ncclInProgress (initialisation, split, a
+// call being queued), up to the deadline. Returns what went wrong, if anything: the caller
+// aborts the communicator and records why (so that nothing uses it afterwards).
+std::optional<std::string> wait_until_ready(ncclComm_t comm, const std::string& what,
+                                            Clock::time_point deadline) {
   ncclResult_t state = ncclInProgress;
   while (true) {
     if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) state = ncclInternalError;
     if (state != ncclInProgress) break;
-    if (Clock::now() > deadline) {
-      ncclCommAbort(comm);
-      throw CollectiveError(str(what, " did not complete before the collective deadline"));
-    }
+    if (Clock::now() > deadline) return str(what, " did not complete before the collective deadline");
     std::this_thread::yield();
   }
   if (state != ncclSuccess) {
-    ncclCommAbort(comm);
-    throw CollectiveError(str(what, " failed: ", ncclGetErrorString(state), " (",
-                              ncclGetLastError(comm), ")"));
+    return str(what, " failed: ", ncclGetErrorString(state), " (", ncclGetLastError(comm), ")");
   }
+  return std::nullopt;
 }
 
 ncclConfig_t non_blocking_config() {
@@ -117,8 +116,12 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<Communicator> host_group, int
                               rank_, " of ", size_, ", gpu:", device_index_, "): ",
                               ncclGetErrorString(result)));
   }
-  wait_until_ready(state_->comm, str("creating the NCCL communicator of group '", name_, "'"),
-                   Clock::now() + timeout_);
+  if (auto error = wait_until_ready(state_->comm,
+                                    str("creating the NCCL communicator of group '", name_, "'"),
+                                    Clock::now() + timeout_)) {
+    ncclCommAbort(state_->comm);  // no other thread knows it yet
+    throw CollectiveError(*error);
+  }
   start_watchdog();
 }
 
@@ -147,6 +150,7 @@ NcclCommunicator::~NcclCommunicator() {
   }
   wake_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
+  std::lock_guard comm_lock(comm_mutex_);
   cudaSetDevice(device_index_);
   for (auto& pending : pending_) cudaEventDestroy(pending->done);
   if (state_->comm != nullptr) {
@@ -168,6 +172,19 @@ NcclCommunicator::~NcclCommunicator() {
     }
   }
   if (state_->stream != nullptr) cudaStreamDestroy(state_->stream);
+}
+
+void NcclCommunicator::abort_holding_lock(const std::string& reason) {
+  if (!state_->aborted) {
+    ncclCommAbort(state_->comm);
+    state_->aborted = true;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (failure_.empty()) failure_ = reason;
+  }
+  record_collective_failure(reason);
+  wake_.notify_all();
 }
 
 void NcclCommunicator::check_usable() const {
@@ -196,9 +213,13 @@ void NcclCommunicator::check_signature(std::int64_t code, DType dtype, std::int6
 
 template <typename Call>
 void NcclCommunicator::run(const char* operation, std::int64_t code, DType dtype,
-                           std::int64_t count, Call&& call) {
+                           std::int64_t count, bool compute_waits, Call&& call) {
   check_usable();
   check_signature(code, dtype, count);
+  ncclDataType_t type = nccl_type(dtype, operation);
+  std::string what = describe_collective(code, static_cast<std::int64_t>(dtype), count);
+  std::lock_guard comm_lock(comm_mutex_);
+  check_usable();  // the watchdog may have aborted it meanwhile
   int device = device_index_;
   check_cuda(cudaSetDevice(device), "cudaSetDevice", device);
   cudaEvent_t ready = nullptr, done = nullptr;
@@ -208,19 +229,26 @@ void NcclCommunicator::run(const char* operation, std::int64_t code, DType dtype
   check_cuda(cudaEventRecord(ready, state_->compute_stream), "cudaEventRecord", device);
   check_cuda(cudaStreamWaitEvent(state_->stream, ready, 0), "cudaStreamWaitEvent", device);
   cudaEventDestroy(ready);
-  ncclResult_t result = call(nccl_type(dtype, operation), state_->stream);
-  std::string what = describe_collective(code, static_cast<std::int64_t>(dtype), count);
+  ncclResult_t result = call(type, state_->stream);
+  std::optional<std::string> error;
   if (result == ncclInProgress) {
-    wait_until_ready(state_->comm, str(what, " on group '", name_, "'"), Clock::now() + timeout_);
+    error = wait_until_ready(state_->comm, str(what, " on group '", name_, "'"),
+                             Clock::now() + timeout_);
   } else if (result != ncclSuccess) {
+    error = str(what, " on group '", name_, "' failed: ", ncclGetErrorString(result), " (",
+                ncclGetLastError(state_->comm), ")");
+  }
+  if (error) {
     cudaEventDestroy(done);
-    std::string message = str(what, " on group '", name_, "' failed: ", ncclGetErrorString(result),
-                              " (", ncclGetLastError(state_->comm), ")");
-    record_collective_failure(message);
-    throw CollectiveError(message);
+    abort_holding_lock(*error);
+    throw CollectiveError(*error);
   }
   check_cuda(cudaEventRecord(done, state_->stream), "cudaEventRecord", device);
-  check_cuda(cudaStreamWaitEvent(state_->compute_stream, done, 0), "cudaStreamWaitEvent", device);
+  if (compute_waits) {
+    check_cuda(cudaStreamWaitEvent(state_->compute_stream, done, 0), "cudaStreamWaitEvent", device);
+  } else {
+    started_unwaited_ = true;
+  }
   auto pending = std::make_unique<Pending>();
   pending->done = done;
   pending->deadline = Clock::now() + timeout_;
@@ -230,6 +258,30 @@ void NcclCommunicator::run(const char* operation, std::int64_t code, DType dtype
     pending_.push_back(std::move(pending));
   }
   wake_.notify_all();
+}
+
+void NcclCommunicator::start_all_reduce(void* data, std::int64_t count, DType dtype,
+                                        ReduceOperation operation) {
+  run("all_reduce", collective_code(CollectiveKind::all_reduce, static_cast<std::int64_t>(operation)),
+      dtype, count, /*compute_waits=*/false, [&](ncclDataType_t type, cudaStream_t stream) {
+        return ncclAllReduce(data, data, static_cast<std::size_t>(count), type,
+                             nccl_operation(operation), state_->comm, stream);
+      });
+}
+
+void NcclCommunicator::wait_for_started_all_reduces() {
+  std::lock_guard comm_lock(comm_mutex_);
+  if (!started_unwaited_) return;
+  // The collectives run in order on the communication stream: one event after the last covers
+  // them all.
+  int device = device_index_;
+  check_cuda(cudaSetDevice(device), "cudaSetDevice", device);
+  cudaEvent_t all_done = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&all_done, cudaEventDisableTiming), "cudaEventCreate", device);
+  check_cuda(cudaEventRecord(all_done, state_->stream), "cudaEventRecord", device);
+  check_cuda(cudaStreamWaitEvent(state_->compute_stream, all_done, 0), "cudaStreamWaitEvent", device);
+  cudaEventDestroy(all_done);  // released once it has completed
+  started_unwaited_ = false;
 }
 
 // Polls the oldest pending collective every millisecond (a completed event costs one
@@ -242,41 +294,50 @@ void NcclCommunicator::watch() {
       wake_.wait(lock, [&] { return stopping_ || (!pending_.empty() && failure_.empty()); });
       continue;
     }
-    Pending& oldest = *pending_.front();
+    Pending& oldest = *pending_.front();  // only this thread pops, so it stays put
     cudaError_t status = cudaEventQuery(oldest.done);
     if (status == cudaSuccess) {
       cudaEventDestroy(oldest.done);
       pending_.pop_front();
       continue;
     }
-    ncclResult_t asynchronous = ncclSuccess;
-    ncclCommGetAsyncError(state_->comm, &asynchronous);
-    std::string reason;
-    if (status != cudaErrorNotReady) {
-      reason = str("CUDA reported ", cudaGetErrorString(status));
-    } else if (asynchronous != ncclSuccess && asynchronous != ncclInProgress) {
-      reason = str("NCCL reported ", ncclGetErrorString(asynchronous), " (",
-                   ncclGetLastError(state_->comm), ")");
-    } else if (Clock::now() > oldest.deadline) {
-      reason = str("it did not complete within ", timeout_.count(), " ms (a peer process may ",
-                   "have stopped, or issued a different collective)");
+    std::string what = oldest.what;
+    Clock::time_point deadline = oldest.deadline;
+    // NCCL calls take comm_mutex_, and never with mutex_ held (the caller's order is
+    // comm_mutex_, then mutex_).
+    lock.unlock();
+    bool aborted = false;
+    {
+      std::lock_guard comm_lock(comm_mutex_);
+      ncclResult_t asynchronous = ncclSuccess;
+      if (!state_->aborted) ncclCommGetAsyncError(state_->comm, &asynchronous);
+      std::string reason;
+      if (state_->aborted) {
+        aborted = true;  // by the calling thread, which recorded why
+      } else if (status != cudaErrorNotReady) {
+        reason = str("CUDA reported ", cudaGetErrorString(status));
+      } else if (asynchronous != ncclSuccess && asynchronous != ncclInProgress) {
+        reason = str("NCCL reported ", ncclGetErrorString(asynchronous), " (",
+                     ncclGetLastError(state_->comm), ")");
+      } else if (Clock::now() > deadline) {
+        reason = str("it did not complete within ", timeout_.count(), " ms (a peer process may ",
+                     "have stopped, or issued a different collective)");
+      }
+      if (!reason.empty()) {
+        abort_holding_lock(str(what, " on group '", name_, "' (rank ", rank_, " of ", size_,
+                               ", gpu:", device_index_, "): ", reason));
+        aborted = true;
+      }
     }
-    if (!reason.empty()) {
-      failure_ = str(oldest.what, " on group '", name_, "' (rank ", rank_, " of ", size_,
-                     ", gpu:", device_index_, "): ", reason);
-      record_collective_failure(failure_);
-      ncclCommAbort(state_->comm);
-      state_->aborted = true;
-      continue;
-    }
-    wake_.wait_for(lock, std::chrono::milliseconds(1));
+    lock.lock();
+    if (!aborted) wake_.wait_for(lock, std::chrono::milliseconds(1));
   }
 }
 
 void NcclCommunicator::all_reduce(void* data, std::int64_t count, DType dtype,
                                   ReduceOperation operation) {
   run("all_reduce", collective_code(CollectiveKind::all_reduce, static_cast<std::int64_t>(operation)),
-      dtype, count, [&](ncclDataType_t type, cudaStream_t stream) {
+      dtype, count, /*compute_waits=*/true, [&](ncclDataType_t type, cudaStream_t stream) {
         return ncclAllReduce(data, data, static_cast<std::size_t>(count), type,
                              nccl_operation(operation), state_->comm, stream);
       });
@@ -284,7 +345,7 @@ void NcclCommunicator::all_reduce(void* data, std::int64_t count, DType dtype,
 
 void NcclCommunicator::all_gather(const void* send, void* receive, std::int64_t count,
                                   DType dtype) {
-  run("all_gather", collective_code(CollectiveKind::all_gather), dtype, count,
+  run("all_gather", collective_code(CollectiveKind::all_gather), dtype, count, true,
       [&](ncclDataType_t type, cudaStream_t stream) {
         return ncclAllGather(send, receive, static_cast<std::size_t>(count), type, state_->comm,
                              stream);
@@ -295,7 +356,7 @@ void NcclCommunicator::reduce_scatter(const void* send, void* receive, std::int6
                                       DType dtype, ReduceOperation operation) {
   run("reduce_scatter",
       collective_code(CollectiveKind::reduce_scatter, static_cast<std::int64_t>(operation)), dtype,
-      count, [&](ncclDataType_t type, cudaStream_t stream) {
+      count, true, [&](ncclDataType_t type, cudaStream_t stream) {
         return ncclReduceScatter(send, receive, static_cast<std::size_t>(count), type,
                                  nccl_operation(operation), state_->comm, stream);
       });
@@ -306,7 +367,7 @@ void NcclCommunicator::broadcast(void* data, std::int64_t count, DType dtype, in
     throw ValueError(str("broadcast root ", root, " is out of range for group '", name_,
                          "' of ", size_, " processes"));
   }
-  run("broadcast", collective_code(CollectiveKind::broadcast, root), dtype, count,
+  run("broadcast", collective_code(CollectiveKind::broadcast, root), dtype, count, true,
       [&](ncclDataType_t type, cudaStream_t stream) {
         return ncclBroadcast(data, data, static_cast<std::size_t>(count), type, root,
                              state_->comm, stream);
@@ -332,18 +393,32 @@ std::shared_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
   std::shared_ptr<Communicator> host_split = host_group_->split(color, key, name);
   auto state = std::make_unique<State>();
   ncclConfig_t config = non_blocking_config();
+  std::lock_guard comm_lock(comm_mutex_);
+  check_usable();
   check_cuda(cudaSetDevice(device_index_), "cudaSetDevice", device_index_);
   ncclResult_t result = ncclCommSplit(state_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
                                       &state->comm, &config);
+  std::optional<std::string> error;
   if (result != ncclSuccess && result != ncclInProgress) {
-    throw CollectiveError(str("ncclCommSplit of group '", name_, "' into '", name, "' failed: ",
-                              ncclGetErrorString(result)));
+    error = str("ncclCommSplit of group '", name_, "' into '", name, "' failed: ",
+                ncclGetErrorString(result));
+  } else {
+    // The new communicator is made by an asynchronous job of the parent's: the parent first.
+    error = wait_until_ready(state_->comm, str("splitting group '", name_, "' into '", name, "'"),
+                             Clock::now() + timeout_);
   }
-  wait_until_ready(state_->comm, str("splitting group '", name_, "' into '", name, "'"),
-                   Clock::now() + timeout_);
+  if (error) {
+    abort_holding_lock(*error);
+    throw CollectiveError(*error);
+  }
   if (color < 0) return nullptr;
-  wait_until_ready(state->comm, str("creating the NCCL communicator of group '", name, "'"),
-                   Clock::now() + timeout_);
+  if (auto child_error = wait_until_ready(
+          state->comm, str("creating the NCCL communicator of group '", name, "'"),
+          Clock::now() + timeout_)) {
+    ncclCommAbort(state->comm);  // no other thread knows it yet
+    record_collective_failure(*child_error);
+    throw CollectiveError(*child_error);
+  }
   return std::shared_ptr<Communicator>(
       new NcclCommunicator(host_split, device_index_, name, std::move(state)));
 }

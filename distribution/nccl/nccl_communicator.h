@@ -4,6 +4,9 @@
 // for the collective, so kernels queued afterwards see its result. The host does not wait:
 // a call returns once the collective is queued (stream order, as in PyTorch's NCCL backend).
 //
+// start_all_reduce leaves the compute stream free until wait_for_started_all_reduces(): the
+// data-parallel gradient buckets are reduced while the rest of backward runs.
+//
 // No hang: a watchdog thread follows every queued collective. When one has not completed by
 // the group's deadline, or NCCL reports an asynchronous error, it aborts the NCCL communicator
 // (ncclCommAbort, which makes the kernels waiting on a peer return) and records the failure;
@@ -47,6 +50,10 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* receive, std::int64_t count, DType dtype,
                       ReduceOperation operation) override;
   void broadcast(void* data, std::int64_t count, DType dtype, int root) override;
+  // The compute stream does not wait for it until wait_for_started_all_reduces().
+  void start_all_reduce(void* data, std::int64_t count, DType dtype,
+                        ReduceOperation operation) override;
+  void wait_for_started_all_reduces() override;
   // Waits (on the host) until every collective queued so far has completed.
   void barrier() override;
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
@@ -64,8 +71,12 @@ class NcclCommunicator final : public Communicator {
   void check_usable() const;
   void check_signature(std::int64_t code, DType dtype, std::int64_t count);
   template <typename Call>
-  void run(const char* operation, std::int64_t code, DType dtype, std::int64_t count, Call&& call);
+  void run(const char* operation, std::int64_t code, DType dtype, std::int64_t count,
+           bool compute_waits, Call&& call);
   void watch();
+  // With comm_mutex_ held: aborts the communicator (once) and records `reason`, which every
+  // later call raises.
+  void abort_holding_lock(const std::string& reason);
 
   std::shared_ptr<Communicator> host_group_;
   int device_index_;
@@ -74,7 +85,13 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<State> state_;
   std::set<std::array<std::int64_t, 3>> agreed_signatures_;
 
-  mutable std::mutex mutex_;
+  // Held around every NCCL call on the communicator, the calling thread's and the watchdog's:
+  // a communicator is not thread-safe, and ncclCommAbort frees it. Taken before mutex_, never
+  // after.
+  std::mutex comm_mutex_;
+  bool started_unwaited_ = false;  // a start_all_reduce the compute stream does not wait for yet
+
+  mutable std::mutex mutex_;  // the watchdog's queue and the failure
   std::condition_variable wake_;
   struct Pending;
   std::deque<std::unique_ptr<Pending>> pending_;

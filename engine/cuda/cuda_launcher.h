@@ -36,6 +36,7 @@ class CudaLauncher {
   ErrorReport* error_report() { return state_.error_report; }
 
   void check_errors() {
+    std::lock_guard lock(state_.host_buffers);
     gpu::check_cuda(cudaMemcpyAsync(state_.error_report_host, state_.error_report,
                                     sizeof(ErrorReport), cudaMemcpyDeviceToHost, state_.stream),
                     "cudaMemcpyAsync (kernel error report)", state_.index);

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <mutex>
 
 #include "engine/cuda/index_map.h"
 
@@ -26,6 +27,7 @@ struct DeviceState {
   gpu_kernels::ErrorReport* error_report_host = nullptr;  // pinned
   void* staging = nullptr;  // pinned, staging_bytes long
   std::size_t staging_bytes = 0;
+  std::mutex host_buffers;  // guards staging and error_report_host between host threads
   int launch_blocks = 0;  // enough blocks to fill every SM several times over
 };
 

@@ -26,13 +26,13 @@ constexpr std::size_t kStagingBytes = std::size_t{4} << 20;
 std::mutex state_mutex;
 std::array<std::unique_ptr<DeviceState>, kMaxDevices> states;
 
-int current_device_cached(int device_index) {
-  thread_local int current = -1;
-  if (current != device_index) {
-    check_cuda(cudaSetDevice(device_index), "cudaSetDevice", device_index);
-    current = device_index;
-  }
-  return current;
+// Asks CUDA which device is current rather than remembering it: NCCL's setup and other
+// libraries set it behind our back, and a stale memory of it would put allocations and
+// kernels on the wrong GPU. cudaGetDevice reads a thread-local value.
+void make_current(int device_index) {
+  int current = -1;
+  check_cuda(cudaGetDevice(&current), "cudaGetDevice", device_index);
+  if (current != device_index) check_cuda(cudaSetDevice(device_index), "cudaSetDevice", device_index);
 }
 
 void check_index(int device_index) {
@@ -105,7 +105,7 @@ void check_cublas(cublasStatus_t status, const char* call, int device_index) {
 
 DeviceState& device_state(int device_index) {
   check_index(device_index);
-  current_device_cached(device_index);
+  make_current(device_index);
   std::lock_guard lock(state_mutex);
   auto& state = states[device_index];
   if (!state) state = make_state(device_index);
@@ -177,6 +177,7 @@ void copy_host_to_device(void* device_pointer, const void* host_pointer, std::si
 void copy_device_to_host(void* host_pointer, const void* device_pointer, std::size_t bytes,
                          int device_index) {
   DeviceState& state = device_state(device_index);
+  std::lock_guard lock(state.host_buffers);
   bool staged = bytes <= state.staging_bytes;
   check_cuda(cudaMemcpyAsync(staged ? state.staging : host_pointer, device_pointer, bytes,
                              cudaMemcpyDeviceToHost, state.stream),
