@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -299,6 +300,11 @@ void NcclCommunicator::watch() {
     if (status == cudaSuccess) {
       cudaEventDestroy(oldest.done);
       pending_.pop_front();
+      // The next one's time starts no earlier than now: a collective queued behind a long one
+      // is not aborted for the time it waited its turn.
+      if (!pending_.empty()) {
+        pending_.front()->deadline = std::max(pending_.front()->deadline, Clock::now() + timeout_);
+      }
       continue;
     }
     std::string what = oldest.what;
