@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -61,15 +62,32 @@ std::vector<std::int64_t> permutation(std::int64_t count, bool shuffle, std::mt1
 // Keras' logs for the samples seen so far by all processes: each process's (sum, count) of the
 // loss and of every metric are added across the data-parallel group, then divided.
 // `totals_out`, when given, receives the global (sum, count) pairs themselves.
+// Reading the totals is where a GPU's deferred errors surface (an index out of range, see
+// engine/index_check.h), on the process whose data had it: that process's failure rides on the
+// sum, so the others stop with it instead of waiting in their next collective.
 Logs global_logs(const DataParallelContext& context, const metrics::RunningTotal& loss,
                  const std::vector<metrics::MetricPtr>& metrics,
                  std::vector<double>* totals_out = nullptr) {
-  std::vector<double> totals = {loss.sum(), loss.count()};
-  for (const auto& metric : metrics) {
-    totals.push_back(metric->sum());
-    totals.push_back(metric->count());
+  std::vector<double> totals;
+  std::exception_ptr failure;
+  try {
+    totals = {loss.sum(), loss.count()};
+    for (const auto& metric : metrics) {
+      totals.push_back(metric->sum());
+      totals.push_back(metric->count());
+    }
+  } catch (...) {
+    failure = std::current_exception();
+    totals.assign(2 + 2 * metrics.size(), 0.0);
   }
+  totals.push_back(failure ? 1.0 : 0.0);
   context.sum(totals);
+  if (failure) std::rethrow_exception(failure);
+  if (totals.back() > 0) {
+    throw Error(str("reading the loss and metrics failed on another process (its message says ",
+                    "why); process ", distribution::process_id(), " stops with it"));
+  }
+  totals.pop_back();
   if (totals_out != nullptr) *totals_out = totals;
   Logs logs;
   logs["loss"] = totals[1] > 0 ? totals[0] / totals[1] : 0.0;

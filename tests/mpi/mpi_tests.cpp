@@ -265,6 +265,36 @@ TEST(DataParallelTraining, OnTheGpusMatchesOneProcess) {
   clear_session();  // its variables live in the emulated GPU's memory
 }
 
+// A GPU checks labels without waiting and reports a bad one at the next read, the epoch's logs:
+// the process whose rows had it raises the loss's message, and the others stop with it at once
+// instead of waiting in their next collective until its deadline.
+TEST(DataParallelTraining, ABadLabelOnOneGpuStopsEveryProcess) {
+  if (gpu::device_count() > 0) GTEST_SKIP() << "counts on the emulated GPU's deferred check";
+  ScopedGpuEmulation emulation(keras::testing::emulated_gpu_backend());
+  kd::ScopedGpuWorldOverride gpus(std::make_shared<keras::testing::EmulatedGpuGroup>(kd::world_pointer()));
+  clear_session();
+  kd::set_distribution(std::make_shared<kd::DataParallel>());
+  set_random_seed(8);
+  Dataset data = make_dataset(64);
+  // The last process's copy of the labels names a fourth class in every row.
+  Tensor labels = rank() == size() - 1 ? Tensor::full({64}, 3.0, int64) : data.y;
+  auto started = std::chrono::steady_clock::now();
+  {
+    DefaultDeviceScope on(Device::gpu(0));
+    Sequential model({layers::Dense(8, "relu"), layers::Dense(3)});
+    model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+    auto fit = [&] { model.fit(data.x, labels, {.batch_size = 16, .epochs = 1, .verbose = 0}); };
+    if (rank() == size() - 1) {
+      expect_throw_with<ValueError>(fit, "label 3 is out of range for 3 classes");
+    } else {
+      expect_throw_with<Error>(fit, "failed on another process");
+    }
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 20.0);
+  kd::set_distribution(nullptr);
+  clear_session();
+}
+
 // What the small model never reached: several buckets, gradients of 1 MiB or more reduced in
 // place, two of them aliased (a + b hands both the same gradient tensor), and a float64
 // variable beside float32 ones.
