@@ -45,6 +45,14 @@ Tensor rows(const Tensor& data, const std::vector<std::int64_t>& order, std::int
   return ops::take(data, Tensor::from_vector(picked, {end - begin}).to(data.device()), 0);
 }
 
+// The rows order[begin, end) of `data`, on the default device, where the model's variables are
+// (engine/device.h): what a training or evaluation step computes on.
+Tensor batch_rows(const Tensor& data, const std::vector<std::int64_t>& order, std::int64_t begin,
+                  std::int64_t end) {
+  NoGradGuard no_grad;
+  return rows(data, order, begin, end).to(default_device());
+}
+
 // Fisher-Yates on a 64-bit Mersenne Twister: the same permutation on every platform (unlike
 // std::shuffle, whose algorithm the standard leaves open) — data-parallel ranks rely on that.
 std::vector<std::int64_t> permutation(std::int64_t count, bool shuffle, std::mt19937_64& engine) {
@@ -267,12 +275,7 @@ double Model::train_on_batch(const Tensor& x, const Tensor& y) {
   auto [begin, end] = context.local_rows(0, rows_total);
   std::vector<std::int64_t> order(static_cast<std::size_t>(rows_total));
   for (std::int64_t i = 0; i < rows_total; ++i) order[i] = i;
-  Tensor x_local, y_local;
-  {
-    NoGradGuard no_grad;
-    x_local = rows(x, order, begin, end).to(default_device());
-    y_local = rows(y, order, begin, end).to(default_device());
-  }
+  Tensor x_local = batch_rows(x, order, begin, end), y_local = batch_rows(y, order, begin, end);
   double scale = rows_total > 0 ? double(end - begin) / double(rows_total) : 1.0;
   GlobalBatchRows rows{rows_total, begin, end - begin};
   StepResult result = train_step(x_local, y_local, scale, context,
@@ -378,12 +381,8 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
       std::int64_t global_begin = step * batch_size;
       std::int64_t global_end = std::min(samples, global_begin + batch_size);
       auto [begin, end] = context.local_rows(global_begin, global_end);
-      Tensor x_batch, y_batch;
-      {
-        NoGradGuard no_grad;
-        x_batch = rows(x, order, begin, end).to(default_device());
-        y_batch = rows(y, order, begin, end).to(default_device());
-      }
+      Tensor x_batch = batch_rows(x, order, begin, end);
+      Tensor y_batch = batch_rows(y, order, begin, end);
       double scale = double(end - begin) / double(global_end - global_begin);
       GlobalBatchRows rows{global_end - global_begin, begin - global_begin, end - begin};
       StepResult result = train_step(x_batch, y_batch, scale, context,
@@ -475,8 +474,8 @@ std::map<std::string, double> Model::run_evaluation(const Tensor& x, const Tenso
     auto [begin, end] = context.local_rows(global_begin, std::min(samples, global_begin + batch_size));
     auto count = static_cast<double>(end - begin);
     if (count > 0) {
-      Tensor x_batch = rows(x, order, begin, end).to(default_device());
-      Tensor y_batch = rows(y, order, begin, end).to(default_device());
+      Tensor x_batch = batch_rows(x, order, begin, end);
+      Tensor y_batch = batch_rows(y, order, begin, end);
       Tensor predictions = to_data_layout((*this)(x_batch, /*training=*/false));
       loss_total.add((*loss_)(y_batch, predictions), count, count);
       for (const auto& metric : batch_metrics) metric->update(y_batch, predictions);
