@@ -13,8 +13,8 @@
 namespace keras::distribution {
 
 GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
-                                 std::vector<Tensor> variables, BucketOptions options)
-    : group_(std::move(group)), variables_(std::move(variables)) {
+                                 std::vector<Tensor> variables, BucketOptions options, bool overlap)
+    : group_(std::move(group)), overlap_(overlap), variables_(std::move(variables)) {
   if (!group_) throw ValueError("GradientReducer: the process group is null");
   Device device = variables_.empty() ? Device::cpu() : variables_.front().device();
   for (const Tensor& variable : variables_) {
@@ -26,10 +26,10 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
   }
   // The buckets live on the variables' device and are reduced by the group that serves it:
   // on a GPU, the host group's NCCL twin (Communicator::device_twin).
-  reduce_group_ = group_;
   if (!group_->accepts(device)) {
     group_->serving(device, "data-parallel gradient all_reduce");  // throws, saying why
-    reduce_group_ = group_->device_twin();
+    device_twin_ = group_->device_twin();
+    reduces_on_twin_ = true;
   }
   bucket_of_.resize(variables_.size());
   received_.assign(variables_.size(), false);
@@ -79,7 +79,20 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
 
 GradientReducer::~GradientReducer() = default;
 
-bool GradientReducer::serves(const std::vector<Tensor>& variables) const {
+Communicator& GradientReducer::reduce_group() const {
+  if (!reduces_on_twin_) return *group_;
+  std::shared_ptr<Communicator> twin = device_twin_.lock();
+  if (!twin) {
+    throw CollectiveError(str("the GPU group of '", group_->name(), "' that reduced these ",
+                              "gradients is gone (finalize() ran, or the groups were made again)"));
+  }
+  return *twin;  // kept alive by its owner for the call: nothing here releases it
+}
+
+bool GradientReducer::serves(const std::shared_ptr<Communicator>& group,
+                             const std::vector<Tensor>& variables) const {
+  if (group.get() != group_.get()) return false;
+  if (reduces_on_twin_ && device_twin_.lock() != group_->device_twin()) return false;
   if (variables.size() != variables_.size()) return false;
   for (std::size_t i = 0; i < variables.size(); ++i) {
     if (!variables[i].same_as(variables_[i])) return false;
@@ -91,8 +104,13 @@ void GradientReducer::start(Bucket& bucket) {
   bucket.started = true;
   auto begin = std::chrono::steady_clock::now();
   CollectiveLog::record("all_reduce", group_->name(), static_cast<std::int64_t>(bucket.buffer.nbytes()));
-  reduce_group_->start_all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(),
-                                  bucket.buffer.dtype(), ReduceOperation::sum);
+  if (overlap_) {
+    reduce_group().start_all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(),
+                                    bucket.buffer.dtype(), ReduceOperation::sum);
+  } else {
+    reduce_group().all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(),
+                              bucket.buffer.dtype(), ReduceOperation::sum);
+  }
   communication_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
 }
 
@@ -155,14 +173,19 @@ void GradientReducer::finish() {
     reduced.push_back(gradient);
     auto begin = std::chrono::steady_clock::now();
     CollectiveLog::record("all_reduce", group_->name(), static_cast<std::int64_t>(gradient.nbytes()));
-    reduce_group_->start_all_reduce(gradient.raw_data(), gradient.size(), gradient.dtype(),
-                                    ReduceOperation::sum);
+    if (overlap_) {
+      reduce_group().start_all_reduce(gradient.raw_data(), gradient.size(), gradient.dtype(),
+                                      ReduceOperation::sum);
+    } else {
+      reduce_group().all_reduce(gradient.raw_data(), gradient.size(), gradient.dtype(),
+                                ReduceOperation::sum);
+    }
     communication_seconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   }
   // The optimizer's kernels come after this: on a GPU they wait for the reductions here,
   // which ran beside the backward pass until now.
-  reduce_group_->wait_for_started_all_reduces();
+  reduce_group().wait_for_started_all_reduces();
   last_communication_seconds_ = communication_seconds_;
   communication_seconds_ = 0;
   // Each gradient becomes a view of its slice of the bucket (DDP's gradient_as_bucket_view):

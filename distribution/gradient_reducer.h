@@ -30,14 +30,19 @@ struct BucketOptions {
 // stream, queued as each bucket fills, so they overlap the rest of backward there too.
 class GradientReducer {
  public:
+  // `overlap`: let the device go on while buckets are reduced (see start_all_reduce). Off
+  // under ModelParallel, whose model-axis collectives run on other NCCL communicators of the
+  // same GPU during backward: NCCL asks that collectives of different communicators on one
+  // device not run concurrently unordered, or they may deadlock.
   GradientReducer(std::shared_ptr<Communicator> group, std::vector<Tensor> variables,
-                  BucketOptions options = {});
+                  BucketOptions options = {}, bool overlap = true);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
-  // True when this reducer was built for exactly these variables (same tensors, same order).
-  bool serves(const std::vector<Tensor>& variables) const;
+  // True when this reducer was built for exactly these variables (same tensors, same order)
+  // over `group`, and the group that reduces them (a GPU twin) is still there.
+  bool serves(const std::shared_ptr<Communicator>& group, const std::vector<Tensor>& variables) const;
   // The hook for keras::backward: `variable`'s gradient is final.
   void gradient_ready(const Tensor& variable);
   // Starts the buckets not yet started, waits for all, and leaves the summed gradient in every
@@ -58,11 +63,17 @@ class GradientReducer {
   };
   void start(Bucket& bucket);
   void start_ready_buckets();
+  Communicator& reduce_group() const;
 
   std::shared_ptr<Communicator> group_;  // the processes; also checks the bucket layout
   // Where the gradients are reduced: group_ itself for CPU gradients, its NCCL twin for GPU
-  // ones (only the world has one so far: distribution::gpu_world()).
-  std::shared_ptr<Communicator> reduce_group_;
+  // ones. The twin is held weakly, as group_ holds it: finalize() releases NCCL first even
+  // while a model (and its reducer) lives on.
+  std::weak_ptr<Communicator> device_twin_;
+  bool reduces_on_twin_ = false;
+  // Whether the compute stream may go on while buckets are reduced (no other collective runs
+  // beside them; see the constructor).
+  bool overlap_ = true;
   std::vector<Tensor> variables_;
   std::unordered_map<TensorImpl*, std::size_t> index_of_;
   std::vector<std::size_t> bucket_of_;

@@ -56,6 +56,14 @@ void DataParallelContext::sum(std::vector<double>& values) const {
                      distribution::ReduceOperation::sum);
 }
 
+bool DataParallelContext::any_process(bool wanted) const {
+  const std::shared_ptr<distribution::Communicator>& together = model_parallel_ ? world_ : group_;
+  if (model_parallel_ ? together->size() == 1 : !distributed()) return wanted;
+  std::int64_t flag = wanted ? 1 : 0;
+  together->all_reduce(&flag, 1, DType::int64, distribution::ReduceOperation::max);
+  return flag != 0;
+}
+
 std::vector<Tensor> DataParallelContext::variables_to_reduce(
     const std::vector<Tensor>& variables) const {
   if (!model_parallel_) return variables;

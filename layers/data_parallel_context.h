@@ -42,6 +42,12 @@ class DataParallelContext {
   std::pair<std::int64_t, std::int64_t> local_rows(std::int64_t begin, std::int64_t end) const;
   // Sums values across the data-parallel group (in place).
   void sum(std::vector<double>& values) const;
+  // Whether `wanted` holds on any process whose steps depend on this one's: every process of
+  // the mesh under ModelParallel (its model-axis collectives tie them all together), the
+  // data-parallel group otherwise, this process alone without a distribution. Where they must
+  // decide together (when to read the logs) or fail together, they agree through this: one
+  // 8-byte all-reduce on the host, which waits for no device.
+  bool any_process(bool wanted) const;
   // Throws unless every process passed the same values (e.g. dataset size, batch size).
   void check_same(const std::vector<std::int64_t>& values, const char* what) const;
   // Only process 0 prints progress.

@@ -13,8 +13,11 @@ namespace keras::metrics {
 // A running (sum, count) whose terms may be scalars left on a device. On a GPU, reading a value
 // makes the host wait for the device; a step that read its loss and metrics would wait every
 // step. So a batch's term stays where it was computed and the terms are read together (one copy)
-// when sum() is asked for: at a log, or every kMaxPendingTerms terms to bound what they hold.
-// The sum is formed on the host in the order the terms came, as when each was read at once.
+// when sum() is asked for. fit() and evaluate() ask at their logs, and at the latest after
+// kReadAfterTerms batches, at a batch all processes agree on (a read may raise a GPU's deferred
+// error, which they share). kMaxPendingTerms is the backstop for other callers: add() reads
+// the terms itself then. The sum is formed on the host in the order the terms came, as when
+// each was read at once.
 class RunningTotal {
  public:
   void add(double sum, double count);
@@ -23,9 +26,11 @@ class RunningTotal {
   void add(const Tensor& value, double scale, double count);
   double sum() const;
   double count() const { return count_; }
+  std::size_t pending_terms() const { return pending_.size(); }
   void reset();
 
-  static constexpr std::size_t kMaxPendingTerms = 512;
+  static constexpr std::size_t kReadAfterTerms = 512;
+  static constexpr std::size_t kMaxPendingTerms = 4096;
 
  private:
   struct Term {

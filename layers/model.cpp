@@ -71,11 +71,11 @@ std::vector<std::int64_t> permutation(std::int64_t count, bool shuffle, std::mt1
 // loss and of every metric are added across the data-parallel group, then divided.
 // `totals_out`, when given, receives the global (sum, count) pairs themselves.
 // Reading the totals is where a GPU's deferred errors surface (an index out of range, see
-// engine/index_check.h), on the process whose data had it: that process's failure rides on the
-// sum, so the others stop with it instead of waiting in their next collective.
-Logs global_logs(const DataParallelContext& context, const metrics::RunningTotal& loss,
-                 const std::vector<metrics::MetricPtr>& metrics,
-                 std::vector<double>* totals_out = nullptr) {
+// engine/index_check.h), on the process whose data had it: the processes agree on whether one
+// failed before they sum, so the others stop with it instead of waiting in a collective.
+std::vector<double> global_totals(const DataParallelContext& context,
+                                  const metrics::RunningTotal& loss,
+                                  const std::vector<metrics::MetricPtr>& metrics) {
   std::vector<double> totals;
   std::exception_ptr failure;
   try {
@@ -88,14 +88,19 @@ Logs global_logs(const DataParallelContext& context, const metrics::RunningTotal
     failure = std::current_exception();
     totals.assign(2 + 2 * metrics.size(), 0.0);
   }
-  totals.push_back(failure ? 1.0 : 0.0);
-  context.sum(totals);
-  if (failure) std::rethrow_exception(failure);
-  if (totals.back() > 0) {
+  if (context.any_process(failure != nullptr)) {
+    if (failure) std::rethrow_exception(failure);
     throw Error(str("reading the loss and metrics failed on another process (its message says ",
                     "why); process ", distribution::process_id(), " stops with it"));
   }
-  totals.pop_back();
+  context.sum(totals);
+  return totals;
+}
+
+Logs global_logs(const DataParallelContext& context, const metrics::RunningTotal& loss,
+                 const std::vector<metrics::MetricPtr>& metrics,
+                 std::vector<double>* totals_out = nullptr) {
+  std::vector<double> totals = global_totals(context, loss, metrics);
   if (totals_out != nullptr) *totals_out = totals;
   Logs logs;
   logs["loss"] = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
@@ -108,17 +113,6 @@ Logs global_logs(const DataParallelContext& context, const metrics::RunningTotal
 
 // What on_train_batch_end gets at a batch whose logs were not read (Callback::needs_batch_logs).
 const Logs kNoLogs;
-
-// Whether `wanted` holds on any process of the group. Reading the logs is a collective, so the
-// processes agree on where to read them: only process 0 knows where its output goes (whether
-// its bar redraws every batch), and a callback may be on one process only (a logger on process
-// 0). A sum of one number on the host: it waits for no device, and costs nothing on one process.
-bool any_process(const DataParallelContext& context, bool wanted) {
-  if (!context.distributed()) return wanted;
-  std::vector<double> flag = {wanted ? 1.0 : 0.0};
-  context.sum(flag);
-  return flag[0] > 0;
-}
 
 // Under ModelParallel the model's output may be sharded (logits split by class, say): the loss,
 // the metrics and predict() see it whole, in the data layout. The gather of (batch, classes)
@@ -242,8 +236,10 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
   std::vector<Tensor> variables = trainable_weights();
   if (distributed) {
     std::vector<Tensor> reduced = context.variables_to_reduce(variables);
-    if (!gradient_reducer_ || !gradient_reducer_->serves(reduced)) {
-      gradient_reducer_ = std::make_shared<distribution::GradientReducer>(context.group(), reduced);
+    if (!gradient_reducer_ || !gradient_reducer_->serves(context.group(), reduced)) {
+      gradient_reducer_ = std::make_shared<distribution::GradientReducer>(
+          context.group(), reduced, distribution::BucketOptions{},
+          /*overlap=*/!context.model_parallel());
     }
     Tensor scaled = loss * loss_scale;
     // Buckets start their all-reduce while the rest of the backward pass runs.
@@ -280,10 +276,11 @@ double Model::train_on_batch(const Tensor& x, const Tensor& y) {
   GlobalBatchRows rows{rows_total, begin, end - begin};
   StepResult result = train_step(x_local, y_local, scale, context,
                                  context.distributed() ? &rows : nullptr);
-  // Keras returns the loss as a number: this read waits for the device, once per call.
-  std::vector<double> totals = {end > begin ? result.loss.item() * double(end - begin) : 0.0,
-                                double(end - begin)};
-  context.sum(totals);
+  // Keras returns the loss as a number: this read waits for the device, once per call, and
+  // may raise its deferred errors (shared as in global_logs).
+  metrics::RunningTotal loss;
+  if (end > begin) loss.add(result.loss, double(end - begin), double(end - begin));
+  std::vector<double> totals = global_totals(context, loss, {});
   return totals[1] > 0 ? totals[0] / totals[1] : 0.0;
 }
 
@@ -397,11 +394,16 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
       for (const CallbackPtr& callback : options.callbacks) {
         read_logs = read_logs || callback->needs_batch_logs(step);
       }
-      read_logs = any_process(context, read_logs);
+      // Bounds what the running totals hold on the device between reads.
+      read_logs = read_logs || epoch_loss.pending_terms() >= metrics::RunningTotal::kReadAfterTerms;
+      read_logs = context.any_process(read_logs);
       if (read_logs) {
         // Logs are means over the global batch: sum (value, count) pairs across processes.
         logs = global_logs(context, epoch_loss, epoch_metrics, &position_.totals);
         logs_through = steps_done;
+      } else {
+        // Not this batch's: a position saved now could not be resumed (check_resumable says so).
+        position_.totals.clear();
       }
       position_.step = step + 1;
       const Logs& batch_logs = read_logs ? logs : kNoLogs;
@@ -465,7 +467,7 @@ std::map<std::string, double> Model::run_evaluation(const Tensor& x, const Tenso
   std::mt19937_64 unused_engine(0);
   std::vector<std::int64_t> order = permutation(samples, /*shuffle=*/false, unused_engine);
   metrics::RunningTotal loss_total;
-  const bool bar_each_batch = any_process(context, ProgressBar::redraws_in_place(verbose));
+  const bool bar_each_batch = ProgressBar::redraws_in_place(verbose);  // on this process
   ProgressBar bar(steps, verbose);
   std::map<std::string, double> results;
   // As in fit(): the results are read after each batch only while a bar is drawn.
@@ -480,10 +482,10 @@ std::map<std::string, double> Model::run_evaluation(const Tensor& x, const Tenso
       loss_total.add((*loss_)(y_batch, predictions), count, count);
       for (const auto& metric : batch_metrics) metric->update(y_batch, predictions);
     }
-    if (bar_each_batch || step + 1 == steps) results = global_logs(context, loss_total, batch_metrics);
-    if (verbose == 1 && (bar_each_batch || step + 1 == steps)) {
-      bar.update(step + 1, results, step + 1 == steps);
-    }
+    bool read = context.any_process(
+        bar_each_batch || loss_total.pending_terms() >= metrics::RunningTotal::kReadAfterTerms);
+    if (read || step + 1 == steps) results = global_logs(context, loss_total, batch_metrics);
+    if (verbose == 1 && (read || step + 1 == steps)) bar.update(step + 1, results, step + 1 == steps);
   }
   if (verbose == 2) bar.update(steps, results, true);
   return results;
