@@ -156,23 +156,16 @@ Tensor Embedding::call_sharded(const distribution::ShardingContext& context, con
     looked_up = ops::take(local_table, inputs, 0);
   } else {
     // Rows held elsewhere are looked up as row 0 and zeroed: the all-reduce adds the one
-    // process's row that holds each index. (Sharded layers run on host tensors, so this read
-    // waits for nothing.)
-    std::vector<std::int64_t> indices = inputs.to_vector<std::int64_t>();
-    std::vector<std::int64_t> local_indices(indices.size());
-    std::vector<float> held(indices.size());
-    for (std::size_t i = 0; i < indices.size(); ++i) {
-      bool mine = indices[i] >= first_row && indices[i] < first_row + rows;
-      local_indices[i] = mine ? indices[i] - first_row : 0;
-      held[i] = mine ? 1.0f : 0.0f;
-    }
-    Shape mask_shape = inputs.shape();
-    mask_shape.push_back(1);
-    Tensor mask = ops::cast(Tensor::from_vector(held, mask_shape).to(local_table.device()),
-                               local_table.dtype());
-    looked_up = ops::take(local_table,
-                          Tensor::from_vector(local_indices, inputs.shape()).to(local_table.device()),
-                          0) * mask;
+    // process's row that holds each index. Built on the table's device, so a step on a GPU
+    // does not wait to read its indices.
+    Device device = local_table.device();
+    Tensor indices = ops::cast(inputs.to(device), int64);
+    Tensor first = Tensor::full({}, static_cast<double>(first_row), int64, device);
+    Tensor past_last = Tensor::full({}, static_cast<double>(first_row + rows), int64, device);
+    Tensor held = ops::logical_and(ops::greater_equal(indices, first), ops::less(indices, past_last));
+    Tensor local_indices = ops::where(held, indices - first, Tensor::zeros({}, int64, device));
+    Tensor mask = ops::expand_dims(ops::cast(held, local_table.dtype()), -1);
+    looked_up = ops::take(local_table, local_indices, 0) * mask;
   }
   looked_up.set_annotation(nullptr);
   distribution::ShardedTensor result{looked_up, Sharding(context.mesh, std::move(placements), out_global)};
