@@ -263,11 +263,7 @@ void NcclCommunicator::run(const char* operation, std::int64_t code, DType dtype
 
 void NcclCommunicator::start_all_reduce(void* data, std::int64_t count, DType dtype,
                                         ReduceOperation operation) {
-  run("all_reduce", collective_code(CollectiveKind::all_reduce, static_cast<std::int64_t>(operation)),
-      dtype, count, /*compute_waits=*/false, [&](ncclDataType_t type, cudaStream_t stream) {
-        return ncclAllReduce(data, data, static_cast<std::size_t>(count), type,
-                             nccl_operation(operation), state_->comm, stream);
-      });
+  queue_all_reduce(data, count, dtype, operation, /*compute_waits=*/false);
 }
 
 void NcclCommunicator::wait_for_started_all_reduces() {
@@ -342,8 +338,13 @@ void NcclCommunicator::watch() {
 
 void NcclCommunicator::all_reduce(void* data, std::int64_t count, DType dtype,
                                   ReduceOperation operation) {
+  queue_all_reduce(data, count, dtype, operation, /*compute_waits=*/true);
+}
+
+void NcclCommunicator::queue_all_reduce(void* data, std::int64_t count, DType dtype,
+                                        ReduceOperation operation, bool compute_waits) {
   run("all_reduce", collective_code(CollectiveKind::all_reduce, static_cast<std::int64_t>(operation)),
-      dtype, count, /*compute_waits=*/true, [&](ncclDataType_t type, cudaStream_t stream) {
+      dtype, count, compute_waits, [&](ncclDataType_t type, cudaStream_t stream) {
         return ncclAllReduce(data, data, static_cast<std::size_t>(count), type,
                              nccl_operation(operation), state_->comm, stream);
       });

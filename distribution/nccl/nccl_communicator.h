@@ -74,6 +74,8 @@ class NcclCommunicator final : public Communicator {
   void run(const char* operation, std::int64_t code, DType dtype, std::int64_t count,
            bool compute_waits, Call&& call);
   void watch();
+  void queue_all_reduce(void* data, std::int64_t count, DType dtype, ReduceOperation operation,
+                        bool compute_waits);
   // With comm_mutex_ held: aborts the communicator (once) and records `reason`, which every
   // later call raises.
   void abort_holding_lock(const std::string& reason);
