@@ -2,17 +2,23 @@
 // products of an MLP 784-1024-1024-10 at batch 128 and for square matrices of 256, 512 and 1024;
 // and BM_TrainingStepProducts: the eight products of one training step of that MLP (forward,
 // input gradients, kernel gradients, with the backward pass's transpositions) back to back,
-// the GEMM share of training_step_benchmark.
+// the GEMM share of training_step_benchmark; BM_TrainingStepProduct/i, each of the eight alone;
+// and BM_FmaRoof, the FMA peak of the engine's threads, against which the products are judged.
 // The MLP shapes are the ones training_step_benchmark spends most of its time in; the square ones
 // show what the kernel reaches when no dimension is small.
 //   matmul_benchmark [Google Benchmark flags]; KERAS_NUM_THREADS sets the engine's threads.
 #include <benchmark/benchmark.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "engine/cpu/kernels.h"
+#include "engine/thread_pool.h"
 #include "keras.h"
 
 namespace {
@@ -59,13 +65,55 @@ BENCHMARK(BM_Matmul)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
+#if defined(__x86_64__)
+// The FMA roof: twelve independent chains of 8-wide fused multiply-adds per thread, enough to
+// cover the FMA latency on two pipes (Zen 4 and Skylake-X: 4 cycles, 2 pipes). Zen 4 runs
+// 16-wide AVX-512 FMAs at the same FLOP rate (measured: 115 GFLOP/s a core for both here),
+// so the 8-wide form is the roof for oneDNN's AVX-512 kernels too.
+__attribute__((target("avx2,fma"))) double fma_chains(std::int64_t iterations) {
+  constexpr int kChains = 12;
+  __m256 accumulators[kChains];
+  for (int i = 0; i < kChains; ++i) accumulators[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
+  const __m256 scale = _mm256_set1_ps(0.9999f);
+  const __m256 shift = _mm256_set1_ps(0.0001f);
+  for (std::int64_t step = 0; step < iterations; ++step) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) accumulators[i] = _mm256_fmadd_ps(accumulators[i], scale, shift);
+  }
+  __m256 sum = accumulators[0];
+  for (int i = 1; i < kChains; ++i) sum = _mm256_add_ps(sum, accumulators[i]);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, sum);
+  return static_cast<double>(lanes[0]);
+}
+
+// Every thread of the engine's pool runs the chains at once: the roof for num_threads().
+void BM_FmaRoof(benchmark::State& state) {
+  constexpr std::int64_t kIterations = 1 << 20;
+  const int threads = keras::num_threads();
+  for (auto _ : state) {
+    keras::parallel_for(threads, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t part = begin; part < end; ++part) benchmark::DoNotOptimize(fma_chains(kIterations));
+    });
+  }
+  const double flops = 2.0 * 8 * 12 * static_cast<double>(kIterations) * threads;
+  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel("threads=" + std::to_string(threads));
+}
+BENCHMARK(BM_FmaRoof)->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
+
 // The products as the backward pass issues them: (m, n, k, transpose_a, transpose_b).
+struct Product { std::int64_t m, n, k; bool transpose_a, transpose_b; };
+constexpr Product kStepProducts[] = {
+    {128, 1024, 784, false, false},  {128, 1024, 1024, false, false}, {128, 10, 1024, false, false},
+    {128, 1024, 10, false, true},    {128, 1024, 1024, false, true},  {1024, 10, 128, true, false},
+    {1024, 1024, 128, true, false},  {784, 1024, 128, true, false}};
+
+// All eight one after the other, as a step runs them (each one's inputs colder than in a loop
+// over one product).
 void BM_TrainingStepProducts(benchmark::State& state) {
-  struct Product { std::int64_t m, n, k; bool transpose_a, transpose_b; };
-  const Product products[] = {
-      {128, 1024, 784, false, false},  {128, 1024, 1024, false, false}, {128, 10, 1024, false, false},
-      {128, 1024, 10, false, true},    {128, 1024, 1024, false, true},  {1024, 10, 128, true, false},
-      {1024, 1024, 128, true, false},  {784, 1024, 128, true, false}};
+  const auto& products = kStepProducts;
   std::vector<keras::Tensor> left, right, out;
   double flops = 0;
   for (const Product& p : products) {
@@ -84,5 +132,23 @@ void BM_TrainingStepProducts(benchmark::State& state) {
   state.SetLabel("threads=" + std::to_string(keras::num_threads()));
 }
 BENCHMARK(BM_TrainingStepProducts)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// One of the eight alone (argument: its index in kStepProducts), to see which falls short of
+// the FMA roof (BM_FmaRoof).
+void BM_TrainingStepProduct(benchmark::State& state) {
+  const Product& p = kStepProducts[state.range(0)];
+  keras::Tensor left = random_matrix(p.transpose_a ? p.k : p.m, p.transpose_a ? p.m : p.k, 1);
+  keras::Tensor right = random_matrix(p.transpose_b ? p.n : p.k, p.transpose_b ? p.k : p.n, 2);
+  keras::Tensor out = keras::Tensor::empty({p.m, p.n});
+  for (auto _ : state) {
+    keras::cpu::matmul(left, right, p.transpose_a, p.transpose_b, out);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(p.m * p.n * p.k) / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(keras::str(p.m, "x", p.n, "x", p.k, p.transpose_a ? " A^T" : "", p.transpose_b ? " B^T" : "",
+                            " threads=", keras::num_threads()));
+}
+BENCHMARK(BM_TrainingStepProduct)->DenseRange(0, 7)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
