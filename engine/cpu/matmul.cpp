@@ -1,14 +1,18 @@
-// CPU matrix multiplication. float32 goes to oneDNN's sgemm, float64 to Eigen.
+// CPU matrix multiplication. float32 goes to oneDNN's sgemm (A @ B^T to its matmul primitive,
+// see TransposedProductKernels), float64 to Eigen.
 // Measured here (one core, AVX-512, shapes of the 784-1024-1024-10 MLP at batch 128):
 // oneDNN sgemm 136-165 GFLOP/s, Eigen 3.4 125-135, Debian's OpenBLAS 0.3.21 serial 28
 // (71 with OPENBLAS_CORETYPE=Haswell), BLIS 0.9 65-75. We split the rows of the output across
 // our own thread pool and call sgemm single-threaded inside each part, so oneDNN's OpenMP runtime
 // never starts a second (spinning) pool.
-#include <dnnl.h>
+#include <dnnl.hpp>
 #include <omp.h>
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <map>
+#include <tuple>
+#include <vector>
 
 #include "engine/cpu/kernels.h"
 #include "engine/errors.h"
@@ -25,6 +29,63 @@ void limit_openmp_to_this_thread() {
   }
 }
 
+// A @ B^T through oneDNN's matmul primitive (its brgemm kernels) rather than sgemm: for the
+// MLP's input gradient 128x1024x1024 with B transposed, sgemm reached 86 GFLOP/s on one Zen 4
+// core and the primitive 96-98 (BM_TrainingStepProduct/4; 115 is the FMA roof); for the other
+// transpositions sgemm was as fast or faster (99 against 94 for A @ B), so only this case moves.
+// Each thread keeps its own primitives, keyed by the part's shape and strides (a step uses a
+// handful), and its own scratchpad, so no lock is taken on the hot path.
+class TransposedProductKernels {
+ public:
+  void run(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n, std::int64_t k,
+           std::int64_t lda, std::int64_t ldb, std::int64_t ldc) {
+    Entry& entry = entry_for(m, n, k, lda, ldb, ldc);
+    dnnl::memory source(entry.source, engine_, const_cast<float*>(a));
+    dnnl::memory weights(entry.weights, engine_, const_cast<float*>(b));
+    dnnl::memory destination(entry.destination, engine_, c);
+    dnnl::memory scratchpad(entry.scratchpad, engine_, scratch_.data());
+    entry.primitive.execute(stream_, {{DNNL_ARG_SRC, source},
+                                      {DNNL_ARG_WEIGHTS, weights},
+                                      {DNNL_ARG_DST, destination},
+                                      {DNNL_ARG_SCRATCHPAD, scratchpad}});
+  }
+
+ private:
+  struct Entry {
+    dnnl::memory::desc source, weights, destination, scratchpad;
+    dnnl::matmul primitive;
+  };
+
+  Entry& entry_for(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda, std::int64_t ldb,
+                   std::int64_t ldc) {
+    auto key = std::make_tuple(m, n, k, lda, ldb, ldc);
+    auto found = entries_.find(key);
+    if (found != entries_.end()) return found->second;
+    using Dims = dnnl::memory::dims;
+    constexpr auto f32 = dnnl::memory::data_type::f32;
+    // Row-major A (m x k, row stride lda), B^T given as B stored n x k (row stride ldb), C m x n.
+    dnnl::memory::desc source(Dims{m, k}, f32, Dims{lda, 1});
+    dnnl::memory::desc weights(Dims{k, n}, f32, Dims{1, ldb});
+    dnnl::memory::desc destination(Dims{m, n}, f32, Dims{ldc, 1});
+    dnnl::primitive_attr attributes;
+    attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::matmul::primitive_desc description(dnnl::matmul::desc(source, weights, destination),
+                                             attributes, engine_);
+    dnnl::memory::desc scratchpad = description.scratchpad_desc();
+    if (scratch_.size() * sizeof(float) < scratchpad.get_size()) {
+      scratch_.resize((scratchpad.get_size() + sizeof(float) - 1) / sizeof(float));
+    }
+    return entries_.emplace(key, Entry{source, weights, destination, scratchpad, dnnl::matmul(description)})
+        .first->second;
+  }
+
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream_{engine_};
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>, Entry>
+      entries_;
+  std::vector<float> scratch_;
+};
+
 // One product op(A)[M,K] @ op(B)[K,N] = C[M,N], row-major. Split across the pool by rows of C
 // when C is tall, by columns when it is wide, and not at all when the product is small.
 void sgemm_rows(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n,
@@ -36,6 +97,17 @@ void sgemm_rows(const float* a, const float* b, float* c, std::int64_t m, std::i
     limit_openmp_to_this_thread();
     const float* a_part = transpose_a ? a + row_begin : a + row_begin * lda;
     const float* b_part = transpose_b ? b + column_begin * ldb : b + column_begin;
+    if (transpose_b && !transpose_a) {
+      thread_local TransposedProductKernels kernels;
+      try {
+        kernels.run(a_part, b_part, c + row_begin * n + column_begin, row_end - row_begin,
+                    column_end - column_begin, k, lda, ldb, n);
+      } catch (const dnnl::error& failure) {
+        throw Error(str("oneDNN matmul failed (", failure.what(), ") for M=", row_end - row_begin,
+                        " N=", column_end - column_begin, " K=", k, " with B transposed"));
+      }
+      return;
+    }
     dnnl_status_t status =
         dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', row_end - row_begin,
                    column_end - column_begin, k, 1.0f, a_part, lda, b_part, ldb, 0.0f,
