@@ -39,6 +39,7 @@ class Communicator {
   virtual void all_reduce(void* data, std::int64_t count, DType dtype,
                           ReduceOperation operation) = 0;
   // receive[r * count …] = rank r's send[0 … count); receive holds size()*count elements.
+  // In place when send is receive + rank() * count (this rank's block already there).
   virtual void all_gather(const void* send, void* receive, std::int64_t count, DType dtype) = 0;
   // Reduces size()*count elements across ranks and leaves block rank() (count elements) here.
   virtual void reduce_scatter(const void* send, void* receive, std::int64_t count, DType dtype,

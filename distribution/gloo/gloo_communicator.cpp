@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 #include <tuple>
+#include <vector>
 
 #include "distribution/collective_failure.h"
 #include "distribution/collective_signature.h"
@@ -181,6 +182,13 @@ void GlooCommunicator::all_gather(const void* send, void* receive, std::int64_t 
   if (size_ == 1) {
     std::memcpy(receive, send, bytes);
     return;
+  }
+  // In place (send is this rank's block of receive): Gloo copies its input into that block, so
+  // it gets a copy rather than the block itself.
+  std::vector<char> own_block;
+  if (send == static_cast<const char*>(receive) + static_cast<std::size_t>(rank_) * bytes) {
+    own_block.assign(static_cast<const char*>(send), static_cast<const char*>(send) + bytes);
+    send = own_block.data();
   }
   guarded("all_gather", [&] {
     gloo::AllgatherOptions options(context_);

@@ -334,10 +334,26 @@ void MpiCommunicator::all_gather(const void* send, void* receive, std::int64_t c
   int n = check_count(count, what);
   MPI_Datatype type = mpi_type(dtype, what);
   check_signature(collective_code(CollectiveKind::all_gather), dtype, count, what);
+  const std::size_t block_bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
+  char* blocks = static_cast<char*>(receive);
+  const bool in_place = send == blocks + static_cast<std::size_t>(rank_) * block_bytes;
   BlockingCallWatch watch(what, &name_, timeout_);
-  check(MPI_Allgather(send == receive ? MPI_IN_PLACE : send, n, type, receive, n, type,
-                      communicator_),
-        what);
+  if (block_bytes * static_cast<std::size_t>(size_) < kRingBytes) {
+    check(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, type, receive, n, type, communicator_), what);
+    return;
+  }
+  if (!in_place) std::memcpy(blocks + static_cast<std::size_t>(rank_) * block_bytes, send, block_bytes);
+  // Ring: at step s this rank passes block (rank - s) on to the next rank and takes block
+  // (rank - s - 1) from the previous one, straight into place.
+  const int next = (rank_ + 1) % size_, previous = (rank_ + size_ - 1) % size_;
+  for (int step = 0; step + 1 < size_; ++step) {
+    auto block = [&](int offset) {
+      return blocks + static_cast<std::size_t>((rank_ - offset + 2 * size_) % size_) * block_bytes;
+    };
+    check(MPI_Sendrecv(block(step), n, type, next, kRingTag, block(step + 1), n, type, previous,
+                       kRingTag, communicator_, MPI_STATUS_IGNORE),
+          what);
+  }
 }
 
 void MpiCommunicator::reduce_scatter(const void* send, void* receive, std::int64_t count,
@@ -347,11 +363,35 @@ void MpiCommunicator::reduce_scatter(const void* send, void* receive, std::int64
   MPI_Datatype type = mpi_type(dtype, what);
   check_signature(collective_code(CollectiveKind::reduce_scatter, static_cast<int>(operation)), dtype, count,
                   what);
-  {
+  const std::size_t block_bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
+  if (block_bytes * static_cast<std::size_t>(size_) < kRingBytes) {
     BlockingCallWatch watch(what, &name_, timeout_);
     check(MPI_Reduce_scatter_block(send, receive, n, type, mpi_operation(operation),
                                    communicator_),
           what);
+  } else {
+    // Ring: at step s this rank sends its running sum of block (rank - s - 1) to the next rank
+    // and receives the previous rank's sum of block (rank - s - 2), adding its own part; after
+    // size - 1 steps the sum arriving is of block rank, complete. The running sums live in
+    // `receive` and one scratch block.
+    const char* blocks = static_cast<const char*>(send);
+    auto block = [&](int offset) {
+      return blocks + static_cast<std::size_t>((rank_ - offset + 2 * size_) % size_) * block_bytes;
+    };
+    std::vector<char>& incoming = buffers_->ring_scratch;
+    if (incoming.size() < block_bytes) incoming.resize(block_bytes);
+    const int next = (rank_ + 1) % size_, previous = (rank_ + size_ - 1) % size_;
+    BlockingCallWatch watch(what, &name_, timeout_);
+    for (int step = 0; step + 1 < size_; ++step) {
+      const void* outgoing = step == 0 ? block(1) : receive;
+      check(MPI_Sendrecv(outgoing, n, type, next, kRingTag, incoming.data(), n, type, previous,
+                         kRingTag, communicator_, MPI_STATUS_IGNORE),
+            what);
+      // receive = own part of the arriving block + the sum that arrived (MPI's own reduction
+      // kernels; the order of the terms is the same on every rank for a given block).
+      std::memcpy(receive, block(step + 2), block_bytes);
+      check(MPI_Reduce_local(incoming.data(), receive, n, type, mpi_operation(operation)), what);
+    }
   }
   if (operation == ReduceOperation::mean) divide(receive, count, dtype, size_);
 }
