@@ -13,7 +13,8 @@
 namespace keras::distribution {
 
 GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
-                                 std::vector<Tensor> variables, BucketOptions options, bool overlap)
+                                 std::vector<Tensor> variables, BucketOptions options, bool overlap,
+                                 bool shard_updates)
     : group_(std::move(group)), overlap_(overlap), variables_(std::move(variables)) {
   if (!group_) throw ValueError("GradientReducer: the process group is null");
   Device device = variables_.empty() ? Device::cpu() : variables_.front().device();
@@ -39,8 +40,15 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
     index_of_[variable.impl()] = position;
     std::size_t bytes = variable.nbytes();
     if (bytes >= options.in_place_bytes) {
-      in_place_.push_back(position);
       bucket_of_[position] = kInPlace;
+      if (shard_updates && !reduces_on_twin_ && is_floating(variable.dtype()) &&
+          variable.size() % group_->size() == 0) {
+        block_updated_.push_back(position);
+        owned_gradient_blocks_.push_back(
+            Tensor::empty({variable.size() / group_->size()}, variable.dtype(), device));
+      } else {
+        in_place_.push_back(position);
+      }
       continue;
     }
     bool new_bucket = buckets_.empty() || buckets_.back().buffer.dtype() != variable.dtype();
@@ -66,6 +74,8 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
   std::int64_t layout[2] = {static_cast<std::int64_t>(buckets_.size() + in_place_.size()), 0};
   for (const Bucket& bucket : buckets_) layout[1] += bucket.buffer.size();
   for (std::size_t position : in_place_) layout[1] += variables_[position].size();
+  layout[0] += static_cast<std::int64_t>(block_updated_.size());
+  for (std::size_t position : block_updated_) layout[1] += variables_[position].size();
   std::int64_t low[2] = {layout[0], layout[1]}, high[2] = {layout[0], layout[1]};
   group_->all_reduce(low, 2, DType::int64, ReduceOperation::min);
   group_->all_reduce(high, 2, DType::int64, ReduceOperation::max);
@@ -156,6 +166,19 @@ void GradientReducer::finish() {
     gradient_ready(variable);
   }
   start_ready_buckets();
+  // Gradients updated by blocks: reduce-scattered into this process's block. Before the
+  // in-place all-reduces below, which may write a gradient tensor these share (see there).
+  for (std::size_t i = 0; i < block_updated_.size(); ++i) {
+    Tensor& variable = variables_[block_updated_[i]];
+    Tensor gradient = variable.grad();
+    Tensor& block = owned_gradient_blocks_[i];
+    auto begin = std::chrono::steady_clock::now();
+    CollectiveLog::record("reduce_scatter", group_->name(), static_cast<std::int64_t>(gradient.nbytes()));
+    group_->reduce_scatter(gradient.raw_data(), block.raw_data(), block.size(), block.dtype(),
+                           ReduceOperation::sum);
+    communication_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  }
   // Large gradients: all-reduced in place, now that backward no longer reads any gradient.
   // A gradient rule may hand one tensor to several inputs (a + b gives both the same). Such a
   // gradient is reduced once and shared: reducing it again would sum it twice (the copy this
@@ -199,8 +222,42 @@ void GradientReducer::finish() {
     bucket.ready = 0;
     bucket.started = false;
   }
+  for (std::size_t position : block_updated_) variables_[position].zero_grad();
   received_.assign(variables_.size(), false);
   next_to_start_ = 0;
+}
+
+void GradientReducer::update_owned_blocks(optimizers::Optimizer& optimizer) {
+  const int rank = group_->rank();
+  for (std::size_t i = 0; i < block_updated_.size(); ++i) {
+    Tensor& variable = variables_[block_updated_[i]];
+    const Tensor& block = owned_gradient_blocks_[i];
+    optimizer.apply_to_block(variable, rank * block.size(), block);
+  }
+  for (std::size_t position : block_updated_) {
+    Tensor& variable = variables_[position];
+    std::int64_t block = variable.size() / group_->size();
+    auto begin = std::chrono::steady_clock::now();
+    CollectiveLog::record("all_gather", group_->name(), static_cast<std::int64_t>(variable.nbytes()));
+    char* data = static_cast<char*>(variable.raw_data());
+    group_->all_gather(data + static_cast<std::size_t>(rank * block) * dtype_size(variable.dtype()), data,
+                       block, variable.dtype());
+    last_communication_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  }
+}
+
+void GradientReducer::gather_optimizer_state(optimizers::Optimizer& optimizer) {
+  const int rank = group_->rank();
+  for (std::size_t position : block_updated_) {
+    const Tensor& variable = variables_[position];
+    std::int64_t block = variable.size() / group_->size();
+    for (Tensor& slot : optimizer.slots_of(variable)) {
+      char* data = static_cast<char*>(slot.raw_data());
+      group_->all_gather(data + static_cast<std::size_t>(rank * block) * dtype_size(slot.dtype()), data,
+                         block, slot.dtype());
+    }
+  }
 }
 
 }  // namespace keras::distribution

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "distribution/communicator.h"
+#include "engine/optimizers.h"
 #include "engine/tensor.h"
 
 namespace keras::distribution {
@@ -28,14 +29,27 @@ struct BucketOptions {
 
 // Gradients on a GPU are bucketed on that GPU and reduced over NCCL on its communication
 // stream, queued as each bucket fills, so they overlap the rest of backward there too.
+//
+// Sharded updates (ZeRO stage 1's update, as in PyTorch's ZeroRedundancyOptimizer): a large
+// gradient (in place, see BucketOptions) whose size the group divides is reduce-scattered
+// instead of all-reduced, each process updates only its block of the variable and of its
+// optimizer state (update_owned_blocks), and an all-gather of the updated blocks leaves the
+// whole variable on every process. The bytes moved are an all-reduce's; the optimizer's work
+// and memory traffic per process are divided by the group size. On 2 processes Adam over the
+// MLP's 1.86 M parameters took 1.2-1.4 ms a step on each (memory-bound); see README.md,
+// "Measured", for the step. The results are the all-reduce path's, bit for bit, on 2
+// processes; on more, the sums add in another order. The optimizer state keeps the whole
+// variable's shape, current only in this process's blocks until gather_optimizer_state().
 class GradientReducer {
  public:
   // `overlap`: let the device go on while buckets are reduced (see start_all_reduce). Off
   // under ModelParallel, whose model-axis collectives run on other NCCL communicators of the
   // same GPU during backward: NCCL asks that collectives of different communicators on one
   // device not run concurrently unordered, or they may deadlock.
+  // `shard_updates`: reduce-scatter the large gradients and update by blocks (above); only
+  // for CPU gradients reduced by `group` itself.
   GradientReducer(std::shared_ptr<Communicator> group, std::vector<Tensor> variables,
-                  BucketOptions options = {}, bool overlap = true);
+                  BucketOptions options = {}, bool overlap = true, bool shard_updates = false);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -46,8 +60,17 @@ class GradientReducer {
   // The hook for keras::backward: `variable`'s gradient is final.
   void gradient_ready(const Tensor& variable);
   // Starts the buckets not yet started, waits for all, and leaves the summed gradient in every
-  // variable's grad(). Variables that got no gradient contribute zeros.
+  // variable's grad(). Variables that got no gradient contribute zeros. A variable updated by
+  // blocks is left without a grad(): the summed block waits in the reducer for
+  // update_owned_blocks().
   void finish();
+  // After finish() and the optimizer's apply() of this step (which counts the step): updates
+  // this process's block of every variable updated by blocks, then all-gathers the blocks.
+  void update_owned_blocks(optimizers::Optimizer& optimizer);
+  // Makes the optimizer state of the variables updated by blocks whole on every process (an
+  // all-gather of each slot): before the state is saved. Collective over the group.
+  void gather_optimizer_state(optimizers::Optimizer& optimizer);
+  std::size_t block_updated_count() const { return block_updated_.size(); }
   std::size_t bucket_count() const { return buckets_.size(); }
   std::size_t in_place_count() const { return in_place_.size(); }
   // Seconds spent in all-reduces during the last step.
@@ -81,6 +104,10 @@ class GradientReducer {
   static constexpr std::size_t kInPlace = static_cast<std::size_t>(-1);
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> in_place_;  // positions, in the fixed order they are reduced
+  // Variables updated by blocks (positions, a subset of in_place_'s), each with its summed
+  // block of the gradient after finish().
+  std::vector<std::size_t> block_updated_;
+  std::vector<Tensor> owned_gradient_blocks_;
   std::size_t next_to_start_ = 0;
   double communication_seconds_ = 0;
   double last_communication_seconds_ = 0;

@@ -53,6 +53,26 @@ void Optimizer::apply(const std::vector<Tensor>& variables, const std::vector<Te
   }
 }
 
+void Optimizer::apply_to_block(const Tensor& variable, std::int64_t offset, const Tensor& gradient_block) {
+  if (offset < 0 || gradient_block.rank() != 1 || offset + gradient_block.size() > variable.size() ||
+      gradient_block.dtype() != variable.dtype() || gradient_block.device() != variable.device()) {
+    throw ShapeError(str(name_, ": a gradient block of shape ", shape_to_string(gradient_block.shape()), " (",
+                         dtype_name(gradient_block.dtype()), ") at offset ", offset, " for variable '",
+                         variable.name(), "' of ", variable.size(), " elements (",
+                         dtype_name(variable.dtype()), "); expected a flat block inside it"));
+  }
+  NoGradGuard no_grad;
+  Tensor view = Tensor::view_of(variable, offset, {gradient_block.size()});
+  block_ = Block{view.impl(), variable, offset, {}};
+  try {
+    update(view, gradient_block);
+  } catch (...) {
+    block_ = Block{};
+    throw;
+  }
+  block_ = Block{};
+}
+
 std::size_t Optimizer::state_bytes() const {
   std::size_t total = 0;
   for (const auto& [variable, slots] : slots_) {
@@ -88,6 +108,13 @@ void Optimizer::set_iterations(std::int64_t value) {
 }
 
 Tensor& Optimizer::slot(const Tensor& variable, int index) {
+  if (block_.view != nullptr && variable.impl() == block_.view) {
+    while (static_cast<int>(block_.slot_views.size()) <= index) {
+      Tensor whole = slot(block_.variable, static_cast<int>(block_.slot_views.size()));
+      block_.slot_views.push_back(Tensor::view_of(whole, block_.offset, variable.shape()));
+    }
+    return block_.slot_views[static_cast<std::size_t>(index)];
+  }
   std::vector<Tensor>& slots = slots_[variable.impl()];
   while (static_cast<int>(slots.size()) <= index) {
     slots.push_back(Tensor::zeros(variable.shape(), variable.dtype(), variable.device()));

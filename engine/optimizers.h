@@ -18,6 +18,11 @@ class Optimizer {
 
   // Updates each variable from its gradient (same order, same shapes); skips undefined grads.
   void apply(const std::vector<Tensor>& variables, const std::vector<Tensor>& gradients);
+  // Updates elements [offset, offset + gradient_block.size()) of `variable` (in its flat
+  // order) from their gradient, with the same elements of its state: for a data-parallel
+  // process that updates only its block (distribution/gradient_reducer.h). Called after this
+  // step's apply(), which counts the step; the state keeps the whole variable's shape.
+  void apply_to_block(const Tensor& variable, std::int64_t offset, const Tensor& gradient_block);
   double learning_rate() const { return learning_rate_; }
   void set_learning_rate(double value);
   std::int64_t iterations() const { return iterations_; }
@@ -45,6 +50,15 @@ class Optimizer {
   std::int64_t iterations_ = 0;
   std::string name_;
   std::unordered_map<TensorImpl*, std::vector<Tensor>> slots_;
+  // During apply_to_block: the view being updated, and its place in the whole variable, so
+  // that slot() hands out the same view of the whole variable's slots.
+  struct Block {
+    const TensorImpl* view = nullptr;
+    Tensor variable;
+    std::int64_t offset = 0;
+    std::vector<Tensor> slot_views;
+  };
+  Block block_;
 };
 
 class SGD : public Optimizer {

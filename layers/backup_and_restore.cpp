@@ -382,6 +382,7 @@ void BackupAndRestore::save(Model& model) {
     }
   }
   distribution::agree_on_failure(failure, str("BackupAndRestore: creating '", backup_dir_, "'"));
+  if (together) model.gather_optimizer_state();
   optimizers::Optimizer& optimizer = model.optimizer();
   const TrainingPosition& position = model.training_position();
   std::map<std::string, std::string> metadata = {

@@ -237,9 +237,11 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
   if (distributed) {
     std::vector<Tensor> reduced = context.variables_to_reduce(variables);
     if (!gradient_reducer_ || !gradient_reducer_->serves(context.group(), reduced)) {
+      // Updates by blocks under DataParallel only: under ModelParallel the replicated
+      // variables' optimizer state is saved through the layouts' gathers, not the reducer's.
       gradient_reducer_ = std::make_shared<distribution::GradientReducer>(
           context.group(), reduced, distribution::BucketOptions{},
-          /*overlap=*/!context.model_parallel());
+          /*overlap=*/!context.model_parallel(), /*shard_updates=*/!context.model_parallel());
     }
     Tensor scaled = loss * loss_scale;
     // Buckets start their all-reduce while the rest of the backward pass runs.
@@ -253,9 +255,14 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
   gradients.reserve(variables.size());
   for (const Tensor& variable : variables) gradients.push_back(variable.grad());
   optimizer_->apply(variables, gradients);
+  if (distributed) gradient_reducer_->update_owned_blocks(*optimizer_);
   for (Tensor& variable : variables) variable.zero_grad();
   last_step_collectives_ = collectives.totals();
   return result;
+}
+
+void Model::gather_optimizer_state() {
+  if (gradient_reducer_ && optimizer_) gradient_reducer_->gather_optimizer_state(*optimizer_);
 }
 
 double Model::last_gradient_sync_seconds() const {

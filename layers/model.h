@@ -131,6 +131,10 @@ class Model : public Layer {
 
   // Seconds the last training step spent in gradient all-reduces (0 without data parallelism).
   double last_gradient_sync_seconds() const;
+  // Under DataParallel each process keeps its optimizer state current only in the blocks it
+  // updates (distribution/gradient_reducer.h); this makes the state whole on every process.
+  // Collective: every process of the job calls it, before the state is read or saved.
+  void gather_optimizer_state();
 
   // Set by callbacks (EarlyStopping) to end fit() after the current epoch.
   bool stop_training = false;

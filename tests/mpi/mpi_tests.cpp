@@ -365,8 +365,10 @@ class Float64Scale : public Layer {
   Tensor scale_;
 };
 
+// The weights, then each weight's optimizer state (SGD's velocity), made whole on every
+// process by gather_optimizer_state() unless `gather_state` is false.
 std::vector<std::vector<double>> train_wide(bool data_parallel, std::size_t* buckets,
-                                            std::size_t* in_place) {
+                                            std::size_t* in_place, bool gather_state = true) {
   clear_session();
   kd::set_distribution(data_parallel ? std::make_shared<kd::DataParallel>() : nullptr);
   set_random_seed(77);
@@ -382,10 +384,16 @@ std::vector<std::vector<double>> train_wide(bool data_parallel, std::size_t* buc
   model.fit(x, y, {.batch_size = 16, .epochs = 2, .verbose = 0});
   if (data_parallel) {
     *buckets = model.gradient_reducer()->bucket_count();
-    *in_place = model.gradient_reducer()->in_place_count();
+    // Reduced whole in place, or reduce-scattered and updated by blocks (gradient_reducer.h).
+    *in_place = model.gradient_reducer()->in_place_count() +
+                model.gradient_reducer()->block_updated_count();
   }
   std::vector<std::vector<double>> weights;
   for (const Tensor& weight : model.weights()) weights.push_back(weight.to_vector<double>());
+  if (gather_state) model.gather_optimizer_state();
+  for (const Tensor& weight : model.weights()) {
+    for (const Tensor& slot : model.optimizer().slots_of(weight)) weights.push_back(slot.to_vector<double>());
+  }
   kd::set_distribution(nullptr);
   return weights;
 }
@@ -400,6 +408,25 @@ TEST(DataParallelTraining, WideModelWithBucketsInPlaceAliasedAndFloat64MatchesOn
   for (std::size_t w = 0; w < single.size(); ++w) {
     keras::testing::expect_close(parallel[w], single[w], 1e-5, "weight " + std::to_string(w));
   }
+}
+
+// The aliased pair is updated by blocks: each process keeps its half of the velocity current,
+// and only the gather makes the state whole (what BackupAndRestore saves).
+TEST(DataParallelTraining, OptimizerStateUpdatedByBlocksIsWholeOnlyAfterTheGather) {
+  std::size_t buckets = 0, in_place = 0;
+  auto single = train_wide(false, nullptr, nullptr);
+  auto stale = train_wide(true, &buckets, &in_place, /*gather_state=*/false);
+  ASSERT_EQ(single.size(), stale.size());
+  const std::size_t weights = single.size() / 2;  // one velocity per weight
+  // Weight 2 is the pair's a (Dense kernel, Dense bias, a, b, ...); its velocity is weights + 2.
+  std::vector<double>& velocity = stale[weights + 2];
+  std::size_t half = velocity.size() / 2;
+  std::size_t other = rank() == 0 ? half : 0;  // the block another process updated
+  double largest = 0;
+  for (std::size_t i = other; i < other + half; ++i) {
+    largest = std::max(largest, std::abs(velocity[i] - single[weights + 2][i]));
+  }
+  EXPECT_GT(largest, 1e-3) << "without the gather, another process's block of the state is stale";
 }
 
 TEST(DataParallelTraining, DifferentArgumentsOnOneRankAreAnError) {
