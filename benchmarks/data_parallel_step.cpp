@@ -68,7 +68,7 @@ double time_steps(keras::Sequential& model, const keras::Tensor& x, const keras:
     sync_seconds += model.last_gradient_sync_seconds();
   }
   if (sync_seconds > 0 && kd::process_id() == 0 && !options.json) {
-    std::printf("  (process 0 spent %.2f ms per step in gradient all-reduces)\n",
+    std::printf("  (process 0 spent %.2f ms per step in gradient collectives)\n",
                 sync_seconds / options.steps * 1e3);
   }
   std::sort(seconds.begin(), seconds.end());

@@ -129,7 +129,8 @@ class Model : public Layer {
   void save_weights(const std::string& path);
   void load_weights(const std::string& path);
 
-  // Seconds the last training step spent in gradient all-reduces (0 without data parallelism).
+  // Seconds the last training step spent in gradient collectives (the all-reduces, and the
+  // reduce-scatters and all-gathers of variables updated by blocks; 0 without data parallelism).
   double last_gradient_sync_seconds() const;
   // Under DataParallel each process keeps its optimizer state current only in the blocks it
   // updates (distribution/gradient_reducer.h); this makes the state whole on every process.

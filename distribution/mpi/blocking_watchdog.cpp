@@ -8,12 +8,12 @@
 #include <cstdlib>
 #include <mutex>
 #include <thread>
+#include <time.h>
 
 
 namespace keras::distribution {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 // The call being watched. The calling thread writes the description, then publishes the
 // deadline with release order; the watchdog reads the deadline with acquire order, copies the
@@ -24,9 +24,13 @@ std::atomic<const char*> current_operation{nullptr};
 char current_group[128] = {};
 std::atomic<std::int64_t> current_limit_milliseconds{0};
 
+// The coarse monotonic clock (a few ms of resolution, against limits of 10 s and more): 6.6 ns
+// a read here against 25.6 for steady_clock, read once per collective on the calling thread
+// (a 1 KiB all-reduce takes about 0.9 us).
 std::int64_t now_nanoseconds() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
 }
 
 [[noreturn]] void end_process(const char* operation, const char* group, std::int64_t limit) {

@@ -7,7 +7,7 @@
 // and, past blocking_call_limit (the group's timeout plus the larger of it and 10 s, so that a
 // short timeout chosen for quick failure detection does not cut a large transfer short),
 // prints why and ends this process with a failure status; mpirun then ends the rest of the
-// job. Cost on the calling thread: a clock read, a few stores and a 128-byte copy per
+// job. Cost on the calling thread: a coarse clock read, a few stores and a 128-byte copy per
 // collective; the watchdog thread wakes four times a second.
 #pragma once
 #include <chrono>
