@@ -34,6 +34,9 @@ class Communicator {
   // Whether the buffers of the collectives may live on `device` (the CPU for MPI, Gloo and
   // the local group; this process's GPU for NCCL).
   virtual bool accepts(Device device) const { return device.is_cpu(); }
+  // Whether reduce_scatter moves only the blocks (a ring, as MPI's here), so that a
+  // reduce_scatter and an all_gather cost one all_reduce; Gloo's is an all_reduce and a copy.
+  virtual bool reduce_scatter_is_native() const { return false; }
 
   // In place on a contiguous float32/float64/int32/int64 buffer of `count` elements.
   virtual void all_reduce(void* data, std::int64_t count, DType dtype,

@@ -41,7 +41,8 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
     std::size_t bytes = variable.nbytes();
     if (bytes >= options.in_place_bytes) {
       bucket_of_[position] = kInPlace;
-      if (shard_updates && !reduces_on_twin_ && is_floating(variable.dtype()) &&
+      if (shard_updates && !reduces_on_twin_ && group_->reduce_scatter_is_native() &&
+          group_->size() > 1 && is_floating(variable.dtype()) &&
           variable.size() % group_->size() == 0) {
         block_updated_.push_back(position);
         owned_gradient_blocks_.push_back(
@@ -171,6 +172,12 @@ void GradientReducer::finish() {
   for (std::size_t i = 0; i < block_updated_.size(); ++i) {
     Tensor& variable = variables_[block_updated_[i]];
     Tensor gradient = variable.grad();
+    if (gradient.shape() != variable.shape() || gradient.dtype() != variable.dtype() ||
+        gradient.device() != variable.device()) {
+      throw ShapeError(str("data-parallel gradient of shape ", shape_to_string(gradient.shape()), " (",
+                           dtype_name(gradient.dtype()), ") for variable '", variable.name(), "' of shape ",
+                           shape_to_string(variable.shape()), " (", dtype_name(variable.dtype()), ")"));
+    }
     Tensor& block = owned_gradient_blocks_[i];
     auto begin = std::chrono::steady_clock::now();
     CollectiveLog::record("reduce_scatter", group_->name(), static_cast<std::int64_t>(gradient.nbytes()));

@@ -39,7 +39,9 @@ struct BucketOptions {
 // MLP's 1.86 M parameters took 1.2-1.4 ms a step on each (memory-bound); see README.md,
 // "Measured", for the step. The results are the all-reduce path's, bit for bit, on 2
 // processes; on more, the sums add in another order. The optimizer state keeps the whole
-// variable's shape, current only in this process's blocks until gather_optimizer_state().
+// variable's shape, current only in this process's blocks until gather_optimizer_state(), which
+// Model calls at the end of fit(), before a backup and when this reducer is replaced. Only on
+// groups whose reduce_scatter is native (Communicator::reduce_scatter_is_native: MPI's ring).
 class GradientReducer {
  public:
   // `overlap`: let the device go on while buckets are reduced (see start_all_reduce). Off

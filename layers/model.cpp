@@ -237,6 +237,9 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
   if (distributed) {
     std::vector<Tensor> reduced = context.variables_to_reduce(variables);
     if (!gradient_reducer_ || !gradient_reducer_->serves(context.group(), reduced)) {
+      // The state the old reducer kept by blocks is made whole before another takes over
+      // (every process replaces it at the same step).
+      gather_optimizer_state();
       // Updates by blocks under DataParallel only: under ModelParallel the replicated
       // variables' optimizer state is saved through the layouts' gathers, not the reducer's.
       gradient_reducer_ = std::make_shared<distribution::GradientReducer>(
@@ -249,6 +252,10 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
                     [this](const Tensor& leaf) { gradient_reducer_->gradient_ready(leaf); });
     gradient_reducer_->finish();
   } else {
+    if (gradient_reducer_) {  // training goes on without distribution: the state made whole first
+      gather_optimizer_state();
+      gradient_reducer_.reset();
+    }
     loss.backward();
   }
   std::vector<Tensor> gradients;
@@ -450,6 +457,9 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
     history.epoch.push_back(epoch);
     for (const auto& [name, value] : logs) history.history[name].push_back(value);
   }
+  // Each process's optimizer state is current only in its blocks during training
+  // (distribution/gradient_reducer.h); after fit() it is whole, as a user reading it expects.
+  gather_optimizer_state();
   for (const CallbackPtr& callback : options.callbacks) callback->on_train_end(*this);
   return history;
 }

@@ -364,7 +364,9 @@ void MpiCommunicator::reduce_scatter(const void* send, void* receive, std::int64
   check_signature(collective_code(CollectiveKind::reduce_scatter, static_cast<int>(operation)), dtype, count,
                   what);
   const std::size_t block_bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
-  if (block_bytes * static_cast<std::size_t>(size_) < kRingBytes) {
+  if (size_ == 1) {
+    if (send != receive) std::memcpy(receive, send, block_bytes);
+  } else if (block_bytes * static_cast<std::size_t>(size_) < kRingBytes) {
     BlockingCallWatch watch(what, &name_, timeout_);
     check(MPI_Reduce_scatter_block(send, receive, n, type, mpi_operation(operation),
                                    communicator_),

@@ -49,6 +49,7 @@ class MpiCommunicator : public Communicator {
   const std::string& name() const override { return name_; }
   void all_reduce(void* data, std::int64_t count, DType dtype, ReduceOperation operation) override;
   void all_gather(const void* send, void* receive, std::int64_t count, DType dtype) override;
+  bool reduce_scatter_is_native() const override { return true; }
   void reduce_scatter(const void* send, void* receive, std::int64_t count, DType dtype,
                       ReduceOperation operation) override;
   void broadcast(void* data, std::int64_t count, DType dtype, int root) override;
