@@ -18,7 +18,10 @@
 #include "distribution/collective_failure.h"
 #include "distribution/distribution.h"
 #include "distribution/gloo/gloo_communicator.h"
-#include "distribution/gloo/key_value_store.h"
+#include "distribution/rendezvous/address.h"
+#include "distribution/rendezvous/job_token.h"
+#include "distribution/rendezvous/store_client.h"
+#include "distribution/rendezvous/store_server.h"
 #include "distribution/mpi/mpi_communicator.h"
 #include "engine/environment.h"
 #include "engine/gpu_runtime.h"
@@ -63,8 +66,8 @@ void finalize_at_exit() { finalize(); }
   std::_Exit(EXIT_FAILURE);  // MPI_Abort does not return; this is for the compiler
 }
 
-// The rendezvous of a job started by hand (see distribution/gloo/key_value_store.h): process 0
-// serves the store, everyone joins and checks the job, then the world is a Gloo group.
+// The rendezvous of a job started by hand (distribution/rendezvous/): process 0 serves the
+// store, everyone joins and checks the job, then the world is a Gloo group.
 std::unique_ptr<KeyValueServer> coordinator;
 std::shared_ptr<KeyValueClient> rendezvous_store;
 
@@ -75,8 +78,10 @@ std::shared_ptr<KeyValueClient> rendezvous_store;
 // closed connections. It plays MPI_Abort's part for jobs started by hand.
 class JobMonitor {
  public:
-  JobMonitor(const std::string& host, int port, int process_id) : process_id_(process_id) {
-    store_ = std::make_unique<KeyValueClient>(host, port, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  JobMonitor(const std::string& host, int port, int process_id, const std::optional<JobToken>& token)
+      : process_id_(process_id) {
+    store_ = std::make_unique<KeyValueClient>(host, port, std::chrono::steady_clock::now() + std::chrono::seconds(10),
+                                              token);
     thread_ = std::thread([this] { watch(); });
   }
   ~JobMonitor() {
@@ -142,7 +147,8 @@ std::string own_host(const std::vector<std::string>& addresses, int process_id) 
 }
 
 std::shared_ptr<Communicator> join_by_rendezvous(const std::vector<std::string>& addresses,
-                                                 int processes, int process_id) {
+                                                 int processes, int process_id,
+                                                 const std::optional<JobToken>& token) {
   interface_override();  // a bad KERAS_DISTRIBUTION_INTERFACE is refused before joining
   auto [host, port] = split_host_port(addresses[0]);
   std::chrono::milliseconds timeout = init_timeout();
@@ -150,7 +156,7 @@ std::shared_ptr<Communicator> join_by_rendezvous(const std::vector<std::string>&
   std::string port_taken;
   if (process_id == 0) {
     try {
-      coordinator = std::make_unique<KeyValueServer>(host, port);
+      coordinator = std::make_unique<KeyValueServer>(host, port, limits_for_job(processes), token);
     } catch (const Error& error) {
       // Taken: by a foreign program (an error), or by this job's coordinator, which means a
       // second process was given id 0; the claim below finds that out and tells both.
@@ -160,9 +166,9 @@ std::shared_ptr<Communicator> join_by_rendezvous(const std::vector<std::string>&
   std::shared_ptr<KeyValueClient> store;
   try {
     store = port_taken.empty()
-                ? std::make_shared<KeyValueClient>(host, port, deadline)
+                ? std::make_shared<KeyValueClient>(host, port, deadline, token)
                 : std::make_shared<KeyValueClient>(host, port, std::chrono::steady_clock::now() + std::chrono::seconds(1),
-                                                   std::chrono::seconds(2));
+                                                   token, std::chrono::seconds(2));
     if (!port_taken.empty()) store->try_get("join/error");  // does a keras coordinator answer?
   } catch (const CollectiveError&) {
     if (!port_taken.empty()) throw Error(port_taken);
@@ -217,7 +223,7 @@ std::shared_ptr<Communicator> join_by_rendezvous(const std::vector<std::string>&
                               "(KERAS_DISTRIBUTION_INIT_TIMEOUT_SECONDS)"));
   }
   rendezvous_store = store;
-  job_monitor = std::make_unique<JobMonitor>(host, port, process_id);
+  job_monitor = std::make_unique<JobMonitor>(host, port, process_id, token);
   auto world = std::make_shared<GlooCommunicator>(store, "world", own_host(addresses, process_id), process_id,
                                                   processes, "world");
   return world;
@@ -318,7 +324,7 @@ void choose_gpu() {
 }  // namespace
 
 void initialize(std::optional<std::string> job_addresses, std::optional<int> num_processes_arg,
-                std::optional<int> process_id_arg) {
+                std::optional<int> process_id_arg, std::optional<std::string> job_token) {
   std::lock_guard lock(state_mutex);
   if (initialized) {
     throw ValueError("distribution::initialize() was already called; call it once per process");
@@ -348,6 +354,13 @@ void initialize(std::optional<std::string> job_addresses, std::optional<int> num
   }
   std::vector<std::string> addresses;
   if (job_addresses) addresses = parse_job_addresses(*job_addresses, num_processes_arg);
+  // The job token: checked here (set but empty is an error) even where it is not used.
+  std::optional<JobToken> token;
+  if (job_token) {
+    token.emplace(*job_token, "job_token");
+  } else if (std::optional<std::string> variable = environment::get("KERAS_DISTRIBUTION_JOB_TOKEN")) {
+    token.emplace(*variable, "KERAS_DISTRIBUTION_JOB_TOKEN");
+  }
 
   if (launched_by_mpirun()) {
     int already = 0;
@@ -397,7 +410,7 @@ void initialize(std::optional<std::string> job_addresses, std::optional<int> num
         throw ValueError(str("num_processes=", *num_processes_arg, " without process_id: each process "
                              "started by hand must say which one it is (0 to ", *num_processes_arg - 1, ")"));
       }
-      world_communicator = join_by_rendezvous(addresses, *num_processes_arg, *process_id_arg);
+      world_communicator = join_by_rendezvous(addresses, *num_processes_arg, *process_id_arg, token);
       std::atexit(finalize_at_exit);
     } else {
       world_communicator = std::make_shared<LocalCommunicator>("world");

@@ -11,13 +11,18 @@
 namespace keras::distribution {
 
 // Sets up the processes. Each missing argument is read from KERAS_DISTRIBUTION_JOB_ADDRESSES,
-// KERAS_DISTRIBUTION_NUM_PROCESSES and KERAS_DISTRIBUTION_PROCESS_ID; explicit arguments win.
-// Under mpirun, rank and size come from MPI and given values must agree with them. Without
-// mpirun only one process is possible. All processes agree on one random seed. Call it once,
-// before creating any Distribution or model.
+// KERAS_DISTRIBUTION_NUM_PROCESSES, KERAS_DISTRIBUTION_PROCESS_ID and
+// KERAS_DISTRIBUTION_JOB_TOKEN; explicit arguments win. Under mpirun, rank and size come from
+// MPI and given values must agree with them. Without mpirun, processes started by hand meet at
+// the coordinator (process 0's address); with a job token (a secret every process is given,
+// distribution/rendezvous/job_token.h) only processes that know it can join or read the job's
+// keys, and without one any program that reaches the coordinator's port can, as with PyTorch's
+// TCPStore. All processes agree on one random seed. Call it once, before creating any
+// Distribution or model.
 void initialize(std::optional<std::string> job_addresses = std::nullopt,
                 std::optional<int> num_processes = std::nullopt,
-                std::optional<int> process_id = std::nullopt);
+                std::optional<int> process_id = std::nullopt,
+                std::optional<std::string> job_token = std::nullopt);
 bool is_initialized();
 
 // Parsed and checked "host:port,host:port" (exposed for tests).

@@ -1,7 +1,7 @@
 // Communicator over Gloo (Debian's libgloo, the CPU collective engine of PyTorch's gloo
 // backend), for processes started by hand: OpenMPI 4.1 cannot join independently started
 // processes without an ompi-server. The processes meet through the rendezvous store
-// (key_value_store.h) and connect a full TCP mesh; each group created by split() is its own
+// (distribution/rendezvous/store_client.h) and connect a full TCP mesh; each group created by split() is its own
 // Gloo context, keyed in the store under its own prefix.
 //
 // It keeps the MPI backend's promises: before each collective the ranks compare its signature
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "distribution/communicator.h"
-#include "distribution/gloo/key_value_store.h"
+#include "distribution/rendezvous/store_client.h"
 
 namespace gloo {
 class Context;

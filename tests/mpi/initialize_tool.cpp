@@ -1,7 +1,10 @@
 // Runs distribution::initialize() once, as a program must, so that CTest can check how it reads
 // KERAS_DISTRIBUTION_* variables and agrees with mpirun (tests/CMakeLists.txt sets the
-// environment of each case and matches the output). Prints what it found, or the error.
-//   initialize_tool [--num-processes N] [--process-id N] [--job-addresses LIST]
+// environment of each case and matches the output). Prints what it found, or the error. With
+// --train, the job then trains a small model data-parallel for two epochs and checks that every
+// process ends with the same loss (the rendezvous tests' proof that the job works).
+//   initialize_tool [--num-processes N] [--process-id N] [--job-addresses LIST] [--job-token T]
+//                   [--train 1]
 #include <cstdio>
 #include <optional>
 #include <exception>
@@ -21,19 +24,44 @@ int integer(const std::string& text) {
   return value;
 }
 
+// Two epochs of a small classifier under DataParallel; true when every process ends with the
+// same loss.
+bool train_data_parallel() {
+  namespace kd = keras::distribution;
+  using namespace keras;
+  kd::set_distribution(std::make_shared<kd::DataParallel>());
+  set_random_seed(7);
+  Tensor labels = ops::cast(ops::random({RandomDistribution::uniform, 0, 3, 5}, {96}, float64), int64);
+  Tensor x = ops::random({RandomDistribution::normal, 0, 1, 6}, {96, 4}, float32) +
+             ops::cast(ops::reshape(labels, {96, 1}), float32);
+  Sequential model({layers::Dense(8, "relu"), layers::Dense(3)});
+  model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+  model.fit(x, labels, {.batch_size = 16, .epochs = 2, .verbose = 0});
+  double loss = model.evaluate(x, labels, {.batch_size = 32, .verbose = 0}).at("loss");
+  double both[2] = {loss, -loss};
+  kd::world().all_reduce(both, 2, keras::float64, kd::ReduceOperation::max);
+  bool same = both[0] == -both[1];
+  std::printf("trained: loss=%.6f %s\n", loss, same ? "equal on every process" : "DIFFERS between processes");
+  kd::set_distribution(nullptr);
+  return same;
+}
+
 int main(int argc, char** argv) {
   namespace kd = keras::distribution;
   try {
-    std::optional<std::string> addresses;
+    std::optional<std::string> addresses, token;
     std::optional<int> processes, id;
+    bool train = false;
     for (int i = 1; i + 1 < argc; i += 2) {
       std::string flag = argv[i];
       if (flag == "--num-processes") processes = integer(argv[i + 1]);
       else if (flag == "--process-id") id = integer(argv[i + 1]);
       else if (flag == "--job-addresses") addresses = argv[i + 1];
+      else if (flag == "--job-token") token = argv[i + 1];
+      else if (flag == "--train") train = integer(argv[i + 1]) != 0;
       else throw keras::ValueError("unknown flag " + flag);
     }
-    kd::initialize(addresses, processes, id);
+    kd::initialize(addresses, processes, id, token);
     // All processes must have agreed on the seed: compare it across them.
     auto seed = static_cast<std::int64_t>(keras::next_random_seed());
     std::int64_t both[2] = {seed, -seed};
@@ -41,6 +69,7 @@ int main(int argc, char** argv) {
     bool agree = both[0] == -both[1];
     std::printf("initialized: processes=%d id=%d seeds %s\n", kd::num_processes(), kd::process_id(),
                 agree ? "agree" : "DIFFER");
+    if (train && !train_data_parallel()) agree = false;
     try {
       kd::initialize();
     } catch (const keras::ValueError& error) {
