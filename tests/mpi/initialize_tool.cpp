@@ -3,9 +3,18 @@
 // environment of each case and matches the output). Prints what it found, or the error. With
 // --train, the job then trains a small model data-parallel for two epochs and checks that every
 // process ends with the same loss (the rendezvous tests' proof that the job works).
+// With --list-bound, it prints every address it bound a socket to (the store's and Gloo's), so
+// a test can check that none is every interface's.
 //   initialize_tool [--num-processes N] [--process-id N] [--job-addresses LIST] [--job-token T]
-//                   [--train 1]
+//                   [--train 1] [--list-bound 1]
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <cstdio>
+#include <mutex>
+#include <vector>
 #include <optional>
 #include <exception>
 #include <string>
@@ -22,6 +31,32 @@ int integer(const std::string& text) {
   }
   if (used == 0 || used != text.size()) throw keras::ValueError("'" + text + "' is not an integer");
   return value;
+}
+
+// Every address this process binds a socket to, recorded by the bind() below: the executable's
+// definition comes before libc's for the static library and for libgloo.so alike.
+std::mutex bound_mutex;
+std::vector<std::string> bound_addresses;
+
+extern "C" int bind(int fd, const sockaddr* address, socklen_t length) {
+  using Bind = int (*)(int, const sockaddr*, socklen_t);
+  static auto real_bind = reinterpret_cast<Bind>(dlsym(RTLD_NEXT, "bind"));
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (address->sa_family == AF_INET) {
+    const auto* ipv4 = reinterpret_cast<const sockaddr_in*>(address);
+    inet_ntop(AF_INET, &ipv4->sin_addr, host, sizeof host);
+    port = ntohs(ipv4->sin_port);
+  } else if (address->sa_family == AF_INET6) {
+    const auto* ipv6 = reinterpret_cast<const sockaddr_in6*>(address);
+    inet_ntop(AF_INET6, &ipv6->sin6_addr, host, sizeof host);
+    port = ntohs(ipv6->sin6_port);
+  }
+  {
+    std::lock_guard lock(bound_mutex);
+    bound_addresses.push_back(std::string(host) + ":" + std::to_string(port));
+  }
+  return real_bind(fd, address, length);
 }
 
 // Two epochs of a small classifier under DataParallel; true when every process ends with the
@@ -51,7 +86,7 @@ int main(int argc, char** argv) {
   try {
     std::optional<std::string> addresses, token;
     std::optional<int> processes, id;
-    bool train = false;
+    bool train = false, list_bound = false;
     for (int i = 1; i + 1 < argc; i += 2) {
       std::string flag = argv[i];
       if (flag == "--num-processes") processes = integer(argv[i + 1]);
@@ -59,6 +94,7 @@ int main(int argc, char** argv) {
       else if (flag == "--job-addresses") addresses = argv[i + 1];
       else if (flag == "--job-token") token = argv[i + 1];
       else if (flag == "--train") train = integer(argv[i + 1]) != 0;
+      else if (flag == "--list-bound") list_bound = integer(argv[i + 1]) != 0;
       else throw keras::ValueError("unknown flag " + flag);
     }
     kd::initialize(addresses, processes, id, token);
@@ -70,6 +106,12 @@ int main(int argc, char** argv) {
     std::printf("initialized: processes=%d id=%d seeds %s\n", kd::num_processes(), kd::process_id(),
                 agree ? "agree" : "DIFFER");
     if (train && !train_data_parallel()) agree = false;
+    if (list_bound) {
+      std::lock_guard lock(bound_mutex);
+      std::string listing;
+      for (const std::string& address : bound_addresses) listing += " " + address;
+      std::printf("bound:%s\n", listing.c_str());
+    }
     try {
       kd::initialize();
     } catch (const keras::ValueError& error) {
