@@ -2,7 +2,9 @@
 # Starts N processes of one program on this machine the way a job started by hand runs, without
 # mpirun: each gets KERAS_DISTRIBUTION_JOB_ADDRESSES (distinct loopback addresses 127.0.0.1:p,
 # 127.0.0.2:p+1, ... standing in for separate hosts), KERAS_DISTRIBUTION_NUM_PROCESSES and its
-# KERAS_DISTRIBUTION_PROCESS_ID. Output lines get a "[process i]" prefix. When one process
+# KERAS_DISTRIBUTION_PROCESS_ID, and one KERAS_DISTRIBUTION_JOB_TOKEN (a fresh random one unless
+# the caller set it), so no other program on the machine can join. Output lines get a
+# "[process i]" prefix. When one process
 # fails, the others are stopped and the helper exits with the first failure's status.
 #   scripts/launch_local.sh N program [args...]
 #   KERAS_LAUNCH_PORT=29500 scripts/launch_local.sh 2 ./fashion_mnist --distribution data_parallel
@@ -20,6 +22,11 @@ else
   # coordinator binds it (scripts/pick_port.py says why).
   port=$(python3 "$(dirname "$0")/pick_port.py" "$count" 2>/dev/null || echo $((20000 + RANDOM % 10000)))
 fi
+# The job's token: 32 random bytes as hex, unless given.
+if [ -z "${KERAS_DISTRIBUTION_JOB_TOKEN:-}" ]; then
+  KERAS_DISTRIBUTION_JOB_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+fi
+export KERAS_DISTRIBUTION_JOB_TOKEN
 addresses=""
 for ((i = 0; i < count; i++)); do
   addresses+="${addresses:+,}127.0.0.$((i + 1)):$((port + i))"

@@ -178,9 +178,28 @@ def layout_seeds():
     write(h, "text", b"batch\\ model\\ dense/.*\\ dense/kernel\x02\x03\x01\x04\x00\x01")
 
 
+# --- rendezvous store requests -------------------------------------------------------------
+def store_request(operation, key, value=b""):
+    return operation + struct.pack("<II", len(key), len(value)) + key + value
+
+
+def store_seeds():
+    h = "store_fuzzer"
+    counter = struct.pack("<q", 3)
+    session = (store_request(b"S", b"join/claimed/0", b"1") + store_request(b"G", b"join/claimed/0") +
+               store_request(b"A", b"leave", counter) + store_request(b"D", b"join/claimed/0") +
+               store_request(b"G", b"missing"))
+    for mode, name in ((0, "open"), (1, "token_answered")):
+        write(h, f"{name}_session", bytes([mode]) + session)
+    write(h, "open_limits", bytes([0]) + b"".join(store_request(b"S", b"k%d" % i, b"v" * 200) for i in range(12)))
+    write(h, "open_huge_prefix", bytes([0]) + b"S" + struct.pack("<II", 4, 0xFFFFFFFF) + b"key!")
+    write(h, "token_wrong_answer", bytes([2]) + bytes(64) + session)
+
+
 if __name__ == "__main__":
     shutil.rmtree(ROOT, ignore_errors=True)
     safetensors_seeds()
     idx_seeds()
     environment_seeds()
     layout_seeds()
+    store_seeds()
