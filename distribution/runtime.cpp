@@ -358,8 +358,10 @@ void initialize(std::optional<std::string> job_addresses, std::optional<int> num
   std::optional<JobToken> token;
   if (job_token) {
     token.emplace(*job_token, "job_token");
-  } else if (std::optional<std::string> variable = environment::get("KERAS_DISTRIBUTION_JOB_TOKEN")) {
-    token.emplace(*variable, "KERAS_DISTRIBUTION_JOB_TOKEN");
+  } else if (const char* variable = std::getenv("KERAS_DISTRIBUTION_JOB_TOKEN")) {
+    // Read raw, not through environment::get (which takes empty for unset): a token variable
+    // set from an empty shell variable must not quietly open the job to anyone.
+    token.emplace(variable, "KERAS_DISTRIBUTION_JOB_TOKEN");
   }
 
   if (launched_by_mpirun()) {

@@ -87,14 +87,20 @@ int main(int argc, char** argv) {
     std::optional<std::string> addresses, token;
     std::optional<int> processes, id;
     bool train = false, list_bound = false;
-    for (int i = 1; i + 1 < argc; i += 2) {
-      std::string flag = argv[i];
-      if (flag == "--num-processes") processes = integer(argv[i + 1]);
-      else if (flag == "--process-id") id = integer(argv[i + 1]);
-      else if (flag == "--job-addresses") addresses = argv[i + 1];
-      else if (flag == "--job-token") token = argv[i + 1];
-      else if (flag == "--train") train = integer(argv[i + 1]) != 0;
-      else if (flag == "--list-bound") list_bound = integer(argv[i + 1]) != 0;
+    for (int i = 1; i < argc; ++i) {
+      // "--job-token=" gives an empty token (CTest drops an empty argument of its own).
+      if (std::string(argv[i]) == "--job-token=") {
+        token = "";
+        continue;
+      }
+      if (i + 1 == argc) break;
+      std::string flag = argv[i++];
+      if (flag == "--num-processes") processes = integer(argv[i]);
+      else if (flag == "--process-id") id = integer(argv[i]);
+      else if (flag == "--job-addresses") addresses = argv[i];
+      else if (flag == "--job-token") token = argv[i];
+      else if (flag == "--train") train = integer(argv[i]) != 0;
+      else if (flag == "--list-bound") list_bound = integer(argv[i]) != 0;
       else throw keras::ValueError("unknown flag " + flag);
     }
     kd::initialize(addresses, processes, id, token);
