@@ -46,8 +46,9 @@ DeviceMesh::DeviceMesh(std::vector<std::int64_t> shape, std::vector<std::string>
     }
   }
   std::set<std::string> unique(axis_names_.begin(), axis_names_.end());
-  if (unique.size() != axis_names_.size() || unique.count("")) {
-    throw ValueError(str("DeviceMesh: axis names must be non-empty and distinct; received ",
+  // An empty name is a name, as in Keras; only a repeated one could not be told apart.
+  if (unique.size() != axis_names_.size()) {
+    throw ValueError(str("DeviceMesh: axis names must be distinct; received ",
                          join_names(axis_names_)));
   }
   devices_ = devices ? std::move(*devices) : list_devices();

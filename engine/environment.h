@@ -16,7 +16,9 @@ namespace keras::environment {
 // The variable's value; nullopt when it is unset or empty (an empty value means "not given").
 std::optional<std::string> get(const char* name);
 
-// `text` as a decimal integer in [minimum, maximum]; `name` is the variable (or argument) it
+// `text` as a decimal integer in [minimum, maximum], read as Python's int() reads a string (as
+// Keras reads KERAS_DISTRIBUTION_NUM_PROCESSES): surrounding whitespace, an optional sign, and
+// digits with single underscores between them ("1_000"). `name` is the variable (or argument) it
 // came from, for the message.
 std::int64_t parse_integer(std::string_view name, std::string_view text, std::int64_t minimum,
                            std::int64_t maximum);
@@ -26,7 +28,8 @@ std::int64_t parse_integer(std::string_view name, std::string_view text, std::in
 std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view text,
                                         double minimum_seconds, double maximum_seconds);
 
-// get() followed by the parser; nullopt when unset.
+// The variable parsed; nullopt when unset. An integer variable set but empty is a ValueError
+// naming it (Python's int("") is an error too); an empty seconds variable counts as unset.
 std::optional<std::int64_t> integer(const char* name, std::int64_t minimum, std::int64_t maximum);
 std::optional<std::chrono::milliseconds> seconds(const char* name, double minimum_seconds,
                                                  double maximum_seconds);

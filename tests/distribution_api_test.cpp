@@ -32,6 +32,11 @@ TEST(DeviceMesh, RejectsInvalidArguments) {
   expect_throw_with<ValueError>([] { DeviceMesh({2, 2}, {"x", "x"}, cpu_devices(4)); }, "distinct");
   expect_throw_with<ValueError>([] { DeviceMesh({0}, {"x"}, cpu_devices(0)); }, "positive");
   DeviceMesh one_process({1}, {"batch"});  // defaults to list_devices()
+  // As in Keras, the empty string is an axis name like any other.
+  DeviceMesh unnamed({2, 2}, {"", "model"}, cpu_devices(4));
+  EXPECT_EQ(unnamed.axis_size(""), 2);
+  EXPECT_EQ(unnamed.to_string(), "<DeviceMesh shape=(2, 2), axis_names=['', 'model']>");
+  expect_throw_with<ValueError>([] { DeviceMesh({2, 2}, {"", ""}, cpu_devices(4)); }, "distinct");
   EXPECT_EQ(one_process.devices(), (std::vector<std::string>{"cpu:0"}));
 }
 

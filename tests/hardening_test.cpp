@@ -179,8 +179,14 @@ TEST(Environment, NumbersAreParsedWithRangeChecks) {
   // Found by tests/fuzz/environment_fuzzer: a caller's wide range let llround overflow.
   expect_throw_with<ValueError>([&] { parse_seconds("T", "1e17", 1, 1e18); }, "below 9.2e15");
   EXPECT_EQ(parse_integer("N", "+4", 1, 8), 4);
-  expect_throw_with<ValueError>([] { parse_integer("N", "4 ", 1, 8); }, "N='4 ' is not an integer");
-  expect_throw_with<ValueError>([] { parse_integer("N", "+-4", 1, 8); }, "is not an integer");
+  // As Python's int(): whitespace around, underscores between digits, leading zeros.
+  EXPECT_EQ(parse_integer("N", " 4\n", 1, 8), 4);
+  EXPECT_EQ(parse_integer("N", "\t-0_7 ", -8, 8), -7);
+  EXPECT_EQ(parse_integer("N", "1_000", 1, 1000), 1000);
+  for (const char* bad : {"+-4", "4 4", "_4", "4_", "1__0", "- 4", "", "  ", "+", "0x4", "4.0"}) {
+    expect_throw_with<ValueError>([&] { parse_integer("N", bad, 1, 8); }, "is not an integer");
+  }
+  expect_throw_with<ValueError>([] { parse_integer("N", "4 x", 1, 8); }, "N='4 x' is not an integer");
   expect_throw_with<ValueError>([] { parse_integer("N", "99999999999999999999", 1, 8); },
                                 "is out of range; expected an integer in [1, 8]");
   // Unprintable and long values are quoted safely and cut short.

@@ -55,15 +55,27 @@ void fuzz_integer(FuzzedDataProvider& in) {
   if (value < minimum || value > maximum) {
     fail(str("parse_integer('", text, "') = ", value, ", outside [", minimum, ", ", maximum, "]"));
   }
-  // Accepted text is an optional sign and decimal digits, nothing else, and means what strtoll
-  // says it means.
-  std::size_t digits = text.size() > 0 && (text[0] == '+' || text[0] == '-') ? 1 : 0;
-  if (digits == text.size()) fail(str("parse_integer accepted '", text, "'"));
-  for (std::size_t i = digits; i < text.size(); ++i) {
-    if (!is_digit(text[i])) fail(str("parse_integer accepted '", text, "'"));
+  // Accepted text is what Python's int() accepts (whitespace around, one sign, decimal digits
+  // with single underscores between them), and means what strtoll says its digits mean.
+  auto space = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); };
+  std::size_t begin = 0, end = text.size();
+  while (begin < end && space(text[begin])) ++begin;
+  while (end > begin && space(text[end - 1])) --end;
+  std::string digits;
+  if (begin < end && (text[begin] == '+' || text[begin] == '-')) {
+    if (text[begin] == '-') digits.push_back('-');
+    ++begin;
+  }
+  if (begin == end || !is_digit(text[begin]) || !is_digit(text[end - 1])) fail(str("parse_integer accepted '", text, "'"));
+  for (std::size_t i = begin; i < end; ++i) {
+    if (is_digit(text[i])) {
+      digits.push_back(text[i]);
+    } else if (text[i] != '_' || !is_digit(text[i + 1])) {  // text[end - 1] is a digit
+      fail(str("parse_integer accepted '", text, "'"));
+    }
   }
   errno = 0;
-  long long expected = std::strtoll(text.c_str(), nullptr, 10);
+  long long expected = std::strtoll(digits.c_str(), nullptr, 10);
   if (errno != 0 || expected != value) {
     fail(str("parse_integer('", text, "') = ", value, ", strtoll says ", expected));
   }
