@@ -49,6 +49,13 @@ Sharding::Sharding(DeviceMeshPtr mesh, std::vector<Placement> placements, Shape 
   }
 }
 
+int Sharding::axis_sharding(int dim) const {
+  for (std::size_t axis = 0; axis < placements_.size(); ++axis) {
+    if (placements_[axis].is_shard() && placements_[axis].dim() == dim) return static_cast<int>(axis);
+  }
+  return -1;
+}
+
 Sharding Sharding::replicated(DeviceMeshPtr mesh, Shape global_shape) {
   std::size_t axes = mesh ? mesh->shape().size() : 0;
   return Sharding(std::move(mesh), std::vector<Placement>(axes, Placement::replicate()),

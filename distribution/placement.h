@@ -52,6 +52,8 @@ class Sharding {
   const Shape& global_shape() const { return global_shape_; }
   // The same tensor with mesh axis `mesh_axis` placed as `placement`.
   Sharding with(int mesh_axis, Placement placement) const;
+  // The mesh axis that shards tensor dimension `dim`, or -1 when none does.
+  int axis_sharding(int dim) const;
 
   // The block of the global tensor that the device at mesh `coordinates` holds: (starts, sizes).
   // For Partial axes the block is the whole extent (a summand of the full tensor).

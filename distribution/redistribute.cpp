@@ -2,8 +2,6 @@
 #include "distribution/redistribute.h"
 
 #include "distribution/collective_log.h"
-
-
 #include "distribution/distribution.h"
 #include "engine/ops.h"
 
@@ -65,16 +63,6 @@ Tensor chunk_along(const Tensor& x, const Communicator& group, int dim) {
   sizes[static_cast<std::size_t>(dim)] /= group.size();
   starts[static_cast<std::size_t>(dim)] = sizes[static_cast<std::size_t>(dim)] * group.rank();
   return ops::slice(x, starts, sizes);
-}
-
-// Whether no mesh axis other than `axis` shards dimension `dim` in `state`.
-bool dimension_is_free(const Sharding& state, int axis, int dim) {
-  for (int other = 0; other < static_cast<int>(state.placements().size()); ++other) {
-    if (other != axis && state.placement(other).is_shard() && state.placement(other).dim() == dim) {
-      return false;
-    }
-  }
-  return true;
 }
 
 Tensor sum_all(const Tensor& x, Communicator& group) {
@@ -173,7 +161,8 @@ Tensor redistribute(const Tensor& local, const Sharding& from, const Sharding& t
     const Placement& source = state.placement(axis);
     const Placement& target = to.placement(axis);
     if (!source.is_partial()) continue;
-    if (target.is_shard() && dimension_is_free(state, axis, target.dim())) {
+    const int holder = target.is_shard() ? state.axis_sharding(target.dim()) : -1;
+    if (target.is_shard() && (holder < 0 || holder == axis)) {
       current = reduce_scatter(current, group_of(axis), target.dim());
       state = state.with(axis, target);
       continue;

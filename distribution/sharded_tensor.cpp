@@ -33,7 +33,7 @@ Sharding variable_sharding(const Tensor& variable, const DeviceMeshPtr& mesh) {
 
 std::optional<ShardingContext> ShardingContext::current() {
   std::shared_ptr<Distribution> active = distribution();
-  if (!active || num_processes() == 1 || active->class_name() == "DataParallel") return std::nullopt;
+  if (!active || num_processes() == 1) return std::nullopt;
   const DeviceMeshPtr& mesh = active->device_mesh();
   if (mesh->size() != num_processes()) return std::nullopt;
   ShardingContext context;
@@ -122,36 +122,15 @@ Tensor ShardingContext::to_data_layout(const Tensor& local) const {
   return moved;
 }
 
-std::vector<bool> ShardingContext::data_differs(const Sharding& consumer,
-                                                const std::vector<int>& aligned) const {
-  std::vector<bool> differs(static_cast<std::size_t>(axes()), false);
-  for (int axis = 0; axis < axes(); ++axis) {
-    const Placement& placement = consumer.placement(axis);
-    if (placement.is_partial()) {
-      throw ValueError(str("variable_as: the consumer ", consumer.to_string(),
-                           " is partial; resolve it first"));
-    }
-    if (!placement.is_shard()) continue;
-    bool lines_up = false;
-    for (int dim : aligned) lines_up = lines_up || dim == placement.dim();
-    differs[static_cast<std::size_t>(axis)] = !lines_up;
-  }
-  return differs;
-}
-
-Tensor ShardingContext::variable_as(const Tensor& variable, const Sharding& from,
-                                    const Sharding& target, const Sharding& consumer,
-                                    const std::vector<int>& aligned) const {
-  std::vector<bool> differs = data_differs(consumer, aligned);
+Tensor ShardingContext::operand(const Tensor& local, const Sharding& from, const Sharding& target,
+                                const Sharding& output) const {
   std::vector<ArrivingGradient> arriving(static_cast<std::size_t>(axes()), ArrivingGradient::replicated);
   for (int axis = 0; axis < axes(); ++axis) {
-    if (differs[static_cast<std::size_t>(axis)]) arriving[static_cast<std::size_t>(axis)] = ArrivingGradient::partial;
+    if (!output.placement(axis).is_replicate()) arriving[static_cast<std::size_t>(axis)] = ArrivingGradient::partial;
   }
-  Tensor moved = from == target ? variable : redistribute(variable, from, target, arriving);
+  Tensor moved = from == target ? local : redistribute(local, from, target, arriving);
   for (int axis = 0; axis < axes(); ++axis) {
-    if (axis == batch_axis || !differs[static_cast<std::size_t>(axis)]) continue;
-    // Replicated on an axis where the data differ and not gathered there: each process's
-    // gradient is a summand of the variable's.
+    if (axis == batch_axis || output.placement(axis).is_replicate()) continue;
     if (from.placement(axis).is_replicate() && target.placement(axis).is_replicate()) {
       moved = identity_with_summed_grad(moved, group(axis));
     }

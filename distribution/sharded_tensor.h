@@ -1,4 +1,4 @@
-// How the layers learn, under ModelParallel, where a local tensor sits in the global one. A
+// How the layers learn, under a distribution, where a local tensor sits in the global one. A
 // tensor's Sharding rides on it as an engine annotation (TensorAnnotation), set by the layers
 // and kept by element-wise ops; a tensor without one is laid out like the data: dimension 0
 // split over the batch axis, every other mesh axis replicated.
@@ -37,10 +37,10 @@ std::optional<Sharding> sharding_of(const Tensor& tensor);
 // returns the tensor.
 Tensor with_sharding(Tensor tensor, const Sharding& sharding);
 
-// What the layers need to know about the active ModelParallel run: engaged when a
-// ModelParallel (or any non-DataParallel distribution) is set, there are several processes,
-// and its mesh has one device per process. DataParallel never engages it: its layers are the
-// one-process layers and the trainer does all the communication.
+// What the layers need to know about the active distribution: engaged when one is set, there
+// are several processes, and its mesh has one device per process. Under DataParallel the
+// mesh is the batch axis alone, so every rule keeps activations split there and variables
+// whole, and the layers communicate nothing (the trainer sums the gradients).
 struct ShardingContext {
   DeviceMeshPtr mesh;
   int batch_axis = 0;                     // index of the batch axis in the mesh
@@ -71,18 +71,14 @@ struct ShardingContext {
   // for the loss).
   Tensor to_data_layout(const Tensor& local) const;
 
-  // Brings a variable (laid out as `from`) to `target` for use beside an activation laid out
-  // as `consumer`, of which variable dimension v lines up with activation dimension
-  // aligned[v]. Where the activation differs between the processes of a mesh axis (it is
-  // sharded there along a dimension no variable dimension lines up with) the gradient the
-  // variable receives there is partial: gathers on such axes reduce-scatter their gradient,
-  // and on such axes other than the batch axis (the trainer reduces that one) a variable that
-  // stays replicated passes through identity_with_summed_grad.
-  Tensor variable_as(const Tensor& variable, const Sharding& from, const Sharding& target,
-                     const Sharding& consumer, const std::vector<int>& aligned) const;
-  // The mesh axes over which `consumer` differs between processes, given the activation
-  // dimensions that line up with the variable's.
-  std::vector<bool> data_differs(const Sharding& consumer, const std::vector<int>& aligned) const;
+  // Moves an operand (laid out as `from`) to `target`, the sharding a rule asked of it, for an
+  // operation whose output lies as `output`. On a mesh axis where the output is not
+  // replicated, the processes compute different parts, so the gradient arriving at the
+  // operand is a summand on each: a gather there reduce-scatters its gradient, and an operand
+  // replicated there passes through identity_with_summed_grad (Megatron's f), except on the
+  // batch axis, whose variable gradients the trainer sums.
+  Tensor operand(const Tensor& local, const Sharding& from, const Sharding& target,
+                 const Sharding& output) const;
 };
 
 // The sharding of a variable tensor (its annotation), or replicated on `mesh` if it has none.

@@ -1,7 +1,7 @@
 // Activation, Dropout, Flatten, Reshape, Embedding, LayerNormalization.
 #include "layers/basic_layers.h"
 
-#include "distribution/sharded_matmul.h"
+#include "distribution/sharding_rules.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
 #include "layers/global_batch.h"
@@ -123,54 +123,33 @@ Tensor Embedding::call(const Tensor& inputs, bool) {
 }
 
 Tensor Embedding::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs) {
-  using distribution::Placement;
+  namespace rules = distribution::sharding_rules;
   using distribution::Sharding;
   Sharding index_sharding = context.activation_sharding(inputs);
   Sharding table = distribution::variable_sharding(embeddings_, context.mesh);
-  // The table keeps its blocks on every axis but those where the indices differ (the batch
-  // axis): a table split there is gathered for the lookup, its gradient reduce-scattered.
-  Sharding wanted = table;
-  std::vector<bool> differs = context.data_differs(index_sharding, {});
-  for (int axis = 0; axis < context.axes(); ++axis) {
-    if (differs[static_cast<std::size_t>(axis)]) wanted = wanted.with(axis, Placement::replicate());
-  }
-  Tensor local_table = context.variable_as(embeddings_, table, wanted, index_sharding, {});
-  auto [starts, sizes] = wanted.block(context.coordinates);
-  const std::int64_t first_row = starts[0], rows = sizes[0];
-  Shape out_global = index_sharding.global_shape();
-  out_global.push_back(output_dim_);
-  std::vector<Placement> placements = index_sharding.placements();
-  bool vocabulary_split = false;
-  for (int axis = 0; axis < context.axes(); ++axis) {
-    const Placement& placement = wanted.placement(axis);
-    if (!placement.is_shard()) continue;
-    if (placement.dim() == 0) {
-      placements[static_cast<std::size_t>(axis)] = Placement::partial();
-      vocabulary_split = true;
-    } else {
-      placements[static_cast<std::size_t>(axis)] = Placement::shard(static_cast<int>(out_global.size()) - 1);
-    }
-  }
+  rules::OperationSharding rule = rules::lookup(index_sharding, table);
+  const Sharding& wanted = rule.inputs[1];
+  Tensor local_table = context.operand(embeddings_, table, wanted, rule.output);
   Tensor looked_up;
-  if (!vocabulary_split) {
+  if (wanted.axis_sharding(0) < 0) {
     looked_up = ops::take(local_table, inputs, 0);
   } else {
-    // Rows held elsewhere are looked up as row 0 and zeroed: the all-reduce adds the one
-    // process's row that holds each index. Built on the table's device, so a step on a GPU
-    // does not wait to read its indices.
+    // Split by rows: rows held elsewhere are looked up as row 0 and zeroed, and summing the
+    // partial output adds the one process's row that holds each index. Built on the table's
+    // device, so a step on a GPU does not wait to read its indices.
+    auto [starts, sizes] = wanted.block(context.coordinates);
     Device device = local_table.device();
     Tensor indices = ops::cast(inputs.to(device), int64);
-    Tensor first = Tensor::full({}, static_cast<double>(first_row), int64, device);
-    Tensor past_last = Tensor::full({}, static_cast<double>(first_row + rows), int64, device);
+    Tensor first = Tensor::full({}, static_cast<double>(starts[0]), int64, device);
+    Tensor past_last = Tensor::full({}, static_cast<double>(starts[0] + sizes[0]), int64, device);
     Tensor held = ops::logical_and(ops::greater_equal(indices, first), ops::less(indices, past_last));
     Tensor local_indices = ops::where(held, indices - first, Tensor::zeros({}, int64, device));
     Tensor mask = ops::expand_dims(ops::cast(held, local_table.dtype()), -1);
     looked_up = ops::take(local_table, local_indices, 0) * mask;
   }
   looked_up.set_annotation(nullptr);
-  distribution::ShardedTensor result{looked_up, Sharding(context.mesh, std::move(placements), out_global)};
-  result = distribution::resolve_partial(context, result);
-  return distribution::with_sharding(result.local, result.sharding);
+  Sharding whole = rules::resolved(rule.output);
+  return distribution::with_sharding(distribution::redistribute(looked_up, rule.output, whole), whole);
 }
 
 LayerNormalization::LayerNormalization(double epsilon, bool center, bool scale,
@@ -204,33 +183,28 @@ namespace keras::layers {
 
 Tensor LayerNormalization::call_sharded(const distribution::ShardingContext& context,
                                         const Tensor& inputs) {
-  using distribution::Placement;
+  namespace rules = distribution::sharding_rules;
   using distribution::Sharding;
   Sharding sharding = context.activation_sharding(inputs);
   const int last = static_cast<int>(sharding.global_shape().size()) - 1;
-  int split_axis = -1;  // the mesh axis that splits the normalised (last) axis, if any
-  for (int axis = 0; axis < context.axes(); ++axis) {
-    if (sharding.placement(axis).is_shard() && sharding.placement(axis).dim() == last) split_axis = axis;
-  }
   const double width = static_cast<double>(sharding.global_shape().back());
-  // Row statistics over the whole last axis. Each row sum is partial across the splitting
-  // axis: all_reduce_sum makes it whole, and identity_with_summed_grad sums the per-process
-  // gradients that flow back into it from the local columns.
+  // Row statistics over the whole last axis: a row sum is partial where a mesh axis splits
+  // that axis; summed, it is replicated there and used against the local columns, so the
+  // gradients flowing back into it are summed too (operand()).
+  const Sharding partial_sums = rules::reduction(sharding, {last}, /*keep_dims=*/true);
+  const Sharding sums_sharding = rules::resolved(partial_sums);
   auto row_mean = [&](const Tensor& values) {
     Tensor sums = ops::sum(values, {-1}, /*keepdims=*/true);
-    if (split_axis >= 0) {
-      auto group = context.group(split_axis);
-      sums = distribution::identity_with_summed_grad(distribution::all_reduce_sum(sums, group), group);
-    }
+    sums.set_annotation(nullptr);
+    sums = distribution::redistribute(sums, partial_sums, sums_sharding);
+    sums = context.operand(sums, sums_sharding, sums_sharding, sharding);
     return sums * (1.0 / width);
   };
   Tensor centered = inputs - row_mean(inputs);
   Tensor outputs = centered * ops::rsqrt(row_mean(ops::square(centered)) + epsilon_);
   auto aligned = [&](const Tensor& variable) {
     Sharding from = distribution::variable_sharding(variable, context.mesh);
-    Sharding target = Sharding::replicated(context.mesh, from.global_shape());
-    if (split_axis >= 0) target = target.with(split_axis, Placement::shard(0));
-    return context.variable_as(variable, from, target, sharding, {last});
+    return context.operand(variable, from, rules::broadcast(sharding, from, {last}).inputs[1], sharding);
   };
   outputs.set_annotation(nullptr);
   if (gamma_.defined()) outputs = outputs * aligned(gamma_);

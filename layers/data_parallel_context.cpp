@@ -25,11 +25,13 @@ DataParallelContext DataParallelContext::current(const char* what) {
   }
   if (!active || distribution::num_processes() == 1) return context;
   if (auto sharded = distribution::ShardingContext::current()) {
-    context.model_parallel_ = true;
+    context.sharded_layers_ = true;
     context.batch_axis_ = sharded->batch_axis;
+    context.mesh_shape_ = sharded->mesh->shape();
     context.shards_ = sharded->batch_axis_size();
     context.shard_id_ = sharded->coordinates[static_cast<std::size_t>(sharded->batch_axis)];
-    context.group_ = sharded->group(sharded->batch_axis);
+    // A batch axis over every process (DataParallel's mesh) is the world: no group to split.
+    if (context.shards_ != context.world_->size()) context.group_ = sharded->group(sharded->batch_axis);
     return context;
   }
   if (active->num_model_replicas() != active->num_processes()) {
@@ -57,8 +59,8 @@ void DataParallelContext::sum(std::vector<double>& values) const {
 }
 
 bool DataParallelContext::any_process(bool wanted) const {
-  const std::shared_ptr<distribution::Communicator>& together = model_parallel_ ? world_ : group_;
-  if (model_parallel_ ? together->size() == 1 : !distributed()) return wanted;
+  const std::shared_ptr<distribution::Communicator>& together = sharded_layers_ ? world_ : group_;
+  if (sharded_layers_ ? together->size() == 1 : !distributed()) return wanted;
   std::int64_t flag = wanted ? 1 : 0;
   together->all_reduce(&flag, 1, DType::int64, distribution::ReduceOperation::max);
   return flag != 0;
@@ -66,7 +68,7 @@ bool DataParallelContext::any_process(bool wanted) const {
 
 std::vector<Tensor> DataParallelContext::variables_to_reduce(
     const std::vector<Tensor>& variables) const {
-  if (!model_parallel_) return variables;
+  if (!sharded_layers_) return variables;
   std::vector<Tensor> reduced;
   for (const Tensor& variable : variables) {
     std::optional<distribution::Sharding> sharding = distribution::sharding_of(variable);
@@ -74,6 +76,21 @@ std::vector<Tensor> DataParallelContext::variables_to_reduce(
     reduced.push_back(variable);
   }
   return reduced;
+}
+
+bool DataParallelContext::layers_communicate(const std::vector<Tensor>& variables) const {
+  if (!sharded_layers_) return false;
+  for (std::size_t axis = 0; axis < mesh_shape_.size(); ++axis) {
+    if (static_cast<int>(axis) != batch_axis_ && mesh_shape_[axis] > 1) return true;
+  }
+  for (const Tensor& variable : variables) {
+    std::optional<distribution::Sharding> sharding = distribution::sharding_of(variable);
+    if (!sharding) continue;
+    for (std::size_t axis = 0; axis < mesh_shape_.size(); ++axis) {
+      if (sharding->placements()[axis].is_shard() && mesh_shape_[axis] > 1) return true;
+    }
+  }
+  return false;
 }
 
 void DataParallelContext::check_same(const std::vector<std::int64_t>& values,

@@ -33,10 +33,13 @@ class DataParallelContext {
   std::int64_t shards() const { return shards_; }
   std::int64_t shard_id() const { return shard_id_; }
   const std::shared_ptr<distribution::Communicator>& group() const { return group_; }
-  // Whether the layers run sharded (ModelParallel over one device per process).
-  bool model_parallel() const { return model_parallel_; }
-  // The variables whose gradients the trainer sums over group() (all of them, but under
-  // ModelParallel those sharded over the batch axis).
+  // Whether the layers communicate during the step (a mesh axis besides the batch one holds
+  // several processes, or a variable is split): the gradient reducer then neither overlaps
+  // the backward pass (the layers' own collectives run in it) nor updates by blocks (the
+  // replicated variables' optimizer state is saved through the layouts' gathers).
+  bool layers_communicate(const std::vector<Tensor>& variables) const;
+  // The variables whose gradients the trainer sums over group() (all of them but those a
+  // layout splits over the batch axis: the gather that assembled them sums their gradient).
   std::vector<Tensor> variables_to_reduce(const std::vector<Tensor>& variables) const;
   // The rows [begin, end) of this process within global rows [begin, end).
   std::pair<std::int64_t, std::int64_t> local_rows(std::int64_t begin, std::int64_t end) const;
@@ -57,7 +60,8 @@ class DataParallelContext {
   std::int64_t shards_ = 1;
   std::int64_t shard_id_ = 0;
   int process_id_ = 0;
-  bool model_parallel_ = false;
+  bool sharded_layers_ = false;  // a ShardingContext is engaged
+  std::vector<std::int64_t> mesh_shape_;
   int batch_axis_ = 0;
   std::shared_ptr<distribution::Communicator> group_;
   std::shared_ptr<distribution::Communicator> world_;

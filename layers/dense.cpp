@@ -2,7 +2,7 @@
 #include "layers/dense.h"
 
 #include "engine/errors.h"
-#include "distribution/sharded_matmul.h"
+#include "distribution/sharding_rules.h"
 #include "engine/ops.h"
 
 namespace keras::layers {
@@ -43,7 +43,7 @@ Tensor Dense::call(const Tensor& inputs, bool) {
 namespace keras::layers {
 
 Tensor Dense::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs_in) {
-  using distribution::Placement;
+  namespace rules = distribution::sharding_rules;
   using distribution::Sharding;
   Tensor inputs = inputs_in.dtype() == kernel_.dtype() ? inputs_in : ops::cast(inputs_in, kernel_.dtype());
   Sharding x_sharding = context.activation_sharding(inputs);
@@ -54,38 +54,31 @@ Tensor Dense::call_sharded(const distribution::ShardingContext& context, const T
                          kernel_sharding.global_shape()[0], ", got inputs laid out as ",
                          x_sharding.to_string(), " (a batch dimension first is needed)"));
   }
-  distribution::ShardedTensor product =
-      distribution::sharded_matmul(context, inputs, x_sharding, kernel_, kernel_sharding);
+  const int last = static_cast<int>(global.size()) - 1;
+  rules::OperationSharding product_rule = rules::contraction(
+      rules::Contraction::dense(last + 1), x_sharding, kernel_sharding);
+  Tensor product = ops::matmul(
+      context.operand(inputs, x_sharding, product_rule.inputs[0], product_rule.output),
+      context.operand(kernel_, kernel_sharding, product_rule.inputs[1], product_rule.output));
+  product.set_annotation(nullptr);
   // The bias is added once, after the partial sums: into the output layout's shard when the
   // LayoutMap asks for one (a reduce-scatter), replicated otherwise (an all-reduce).
   std::optional<Sharding> preferred;
   if (auto layout = context.active->get_tensor_layout(path() + "/output")) {
-    preferred = context.activation_target(*layout, product.sharding.with(context.batch_axis, Placement::shard(0)),
-                                          str("layer output '", path(), "/output'"));
+    preferred = context.activation_target(*layout, product_rule.output, str("layer output '", path(), "/output'"));
   }
-  product = distribution::resolve_partial(context, product, preferred ? &*preferred : nullptr);
-  Tensor outputs = product.local;
-  const int last = static_cast<int>(global.size()) - 1;
+  Sharding out_sharding = rules::resolved(product_rule.output, preferred ? &*preferred : nullptr);
+  Tensor outputs = distribution::redistribute(product, product_rule.output, out_sharding);
   if (bias_.defined()) {
     Sharding bias_sharding = distribution::variable_sharding(bias_, context.mesh);
-    std::vector<Placement> wanted(static_cast<std::size_t>(context.axes()), Placement::replicate());
-    for (int axis = 0; axis < context.axes(); ++axis) {
-      const Placement& placement = product.sharding.placement(axis);
-      if (placement.is_shard() && placement.dim() == last) wanted[static_cast<std::size_t>(axis)] = Placement::shard(0);
-    }
-    Sharding bias_target(context.mesh, std::move(wanted), bias_sharding.global_shape());
-    outputs = outputs + context.variable_as(bias_, bias_sharding, bias_target, product.sharding, {last});
+    rules::OperationSharding bias_rule = rules::broadcast(out_sharding, bias_sharding, {last});
+    outputs = outputs + context.operand(bias_, bias_sharding, bias_rule.inputs[1], out_sharding);
   }
-  outputs = distribution::with_sharding(outputs, product.sharding);
+  outputs = distribution::with_sharding(outputs, out_sharding);
   if (!activations::is_elementwise(activation_name_)) {
     // softmax normalises over the last axis: it needs the whole of it.
-    Sharding whole = product.sharding;
-    for (int axis = 0; axis < context.axes(); ++axis) {
-      if (whole.placement(axis).is_shard() && whole.placement(axis).dim() == last) {
-        whole = whole.with(axis, Placement::replicate());
-      }
-    }
-    outputs = context.relayout(outputs, product.sharding, whole);
+    Sharding whole = rules::whole_along(out_sharding, last);
+    outputs = context.relayout(outputs, out_sharding, whole);
     return distribution::with_sharding(activation_(outputs), whole);
   }
   return activation_(outputs);

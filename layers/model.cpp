@@ -240,11 +240,10 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double los
       // The state the old reducer kept by blocks is made whole before another takes over
       // (every process replaces it at the same step).
       gather_optimizer_state();
-      // Updates by blocks under DataParallel only: under ModelParallel the replicated
-      // variables' optimizer state is saved through the layouts' gathers, not the reducer's.
+      const bool layers_communicate = context.layers_communicate(variables);
       gradient_reducer_ = std::make_shared<distribution::GradientReducer>(
           context.group(), reduced, distribution::BucketOptions{},
-          /*overlap=*/!context.model_parallel(), /*shard_updates=*/!context.model_parallel());
+          /*overlap=*/!layers_communicate, /*shard_updates=*/!layers_communicate);
     }
     Tensor scaled = loss * loss_scale;
     // Buckets start their all-reduce while the rest of the backward pass runs.
