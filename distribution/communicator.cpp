@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "distribution/collective_failure.h"
 #include "engine/environment.h"
 
 namespace keras::distribution {
@@ -22,6 +23,20 @@ std::chrono::milliseconds Communicator::default_timeout() {
   return environment::seconds("KERAS_COLLECTIVE_TIMEOUT_SECONDS", 0.001,
                               static_cast<double>(kMaximumTimeout.count()) / 1000.0)
       .value_or(std::chrono::seconds(300));
+}
+
+void Communicator::poison(const std::string& message) {
+  failure_ = message;
+  record_collective_failure(message);
+  throw CollectiveError(message);
+}
+
+void Communicator::refuse_if_poisoned(const char* what, const std::string& consequence) const {
+  if (failure_.empty()) return;
+  // The communicator's own message, cut short for quoting inside another.
+  std::string quoted = failure_.size() <= 400 ? failure_ : failure_.substr(0, 397) + "...";
+  throw CollectiveError(str(what, " over ", name(), " refused: this communicator failed earlier and ",
+                            "cannot be used again (", quoted, ")", consequence));
 }
 
 void Communicator::set_timeout(std::chrono::milliseconds timeout) {

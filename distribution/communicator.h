@@ -78,6 +78,15 @@ class Communicator {
   Tensor reduce_scatter(const Tensor& tensor, ReduceOperation operation = ReduceOperation::sum);
   void broadcast(Tensor& tensor, int root = 0);
 
+  // Whether a collective of this group failed. A failed group is poisoned: peers may still be
+  // inside the failed collective, so every later call is refused at once.
+  bool poisoned() const { return !failure_.empty(); }
+  // The last exchange of a process that is leaving (finalize()): every rank must be leaving
+  // too, so a rank still issuing collectives learns at once that this one has gone, instead of
+  // waiting out its timeout; returns normally only when all ranks leave. A group that cannot
+  // tell (the local one; NCCL, whose host twin does it) leaves without a word.
+  virtual void leave() {}
+
   std::chrono::milliseconds timeout() const { return timeout_; }
   // Between 1 ms and kMaximumTimeout; anything else is a ValueError.
   void set_timeout(std::chrono::milliseconds timeout);
@@ -86,6 +95,13 @@ class Communicator {
   static constexpr std::chrono::milliseconds kMaximumTimeout{1'000'000'000};
 
  protected:
+  // Poisons the group with `message`, tells the runtime (collective_failure.h) and throws it as
+  // a CollectiveError.
+  [[noreturn]] void poison(const std::string& message);
+  // Throws, for a poisoned group, the refusal of `what`, quoting the failure (cut short) and
+  // followed by `consequence`, what the failure means for this transport.
+  void refuse_if_poisoned(const char* what, const std::string& consequence = "") const;
+
   // KERAS_COLLECTIVE_TIMEOUT_SECONDS (0.001 to 10^6 s), default 300 s (MLX's NCCL default;
   // PyTorch uses 10 min).
   static std::chrono::milliseconds default_timeout();
@@ -93,6 +109,7 @@ class Communicator {
 
  private:
   std::weak_ptr<Communicator> device_twin_;
+  std::string failure_;  // empty while usable
 };
 
 // The group of one process.

@@ -456,14 +456,12 @@ void finalize() {
     }
     // Leaving is a collective, as under MPI: a peer still inside a collective learns at once
     // that this process has gone.
-    if (auto* gloo = dynamic_cast<GlooCommunicator*>(world_communicator.get())) {
-      try {
-        gloo->check_all_ranks_leaving();
-      } catch (const CollectiveError& error) {
-        std::fprintf(stderr, "keras: process %d ends: %s\n", gloo->rank(), error.what());
-        std::fflush(stderr);
-        std::_Exit(EXIT_FAILURE);
-      }
+    try {
+      if (world_communicator) world_communicator->leave();
+    } catch (const CollectiveError& error) {
+      std::fprintf(stderr, "keras: process %d ends: %s\n", world_communicator->rank(), error.what());
+      std::fflush(stderr);
+      std::_Exit(EXIT_FAILURE);
     }
     clear_mesh_axis_groups();
     leave_rendezvous();
@@ -483,12 +481,10 @@ void finalize() {
   // Leaving is a collective too: a peer still issuing collectives learns at once that this
   // process has gone, instead of waiting out its timeout, and MPI_Finalize (which waits for
   // every process) is reached only when all of them leave.
-  if (auto* mpi = dynamic_cast<MpiCommunicator*>(world_communicator.get())) {
-    try {
-      mpi->check_all_ranks_leaving();
-    } catch (const CollectiveError& error) {
-      abort_job(error.what());
-    }
+  try {
+    if (world_communicator) world_communicator->leave();
+  } catch (const CollectiveError& error) {
+    abort_job(error.what());
   }
   clear_mesh_axis_groups();
   world_communicator.reset();

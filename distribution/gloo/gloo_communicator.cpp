@@ -110,18 +110,11 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<KeyValueClient> store, const 
 
 GlooCommunicator::~GlooCommunicator() = default;
 
-void GlooCommunicator::fail(const std::string& message) {
-  failure_ = message;
-  record_collective_failure(message);
-  throw CollectiveError(message);
-}
+void GlooCommunicator::fail(const std::string& message) { poison(message); }
 
 template <typename Body>
 void GlooCommunicator::guarded(const char* what, Body&& body) {
-  if (!failure_.empty()) {
-    throw CollectiveError(str(what, " over ", name_, " refused: this communicator failed earlier and ",
-                              "cannot be used again (", failure_, ")"));
-  }
+  refuse_if_poisoned(what);
   context_->setTimeout(timeout_);
   try {
     body();
@@ -249,7 +242,7 @@ void GlooCommunicator::barrier() {
   check_signature(collective_code(CollectiveKind::barrier), DType::int64, 0, "barrier");
 }
 
-void GlooCommunicator::check_all_ranks_leaving() {
+void GlooCommunicator::leave() {
   // As long a wait as the peers may still compute; a peer that died closes its connections,
   // which ends the wait at once.
   std::chrono::milliseconds previous = timeout_;

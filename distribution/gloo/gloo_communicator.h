@@ -47,11 +47,9 @@ class GlooCommunicator : public Communicator {
   using Communicator::broadcast;
   using Communicator::reduce_scatter;
 
-  bool poisoned() const { return !failure_.empty(); }
   // The Gloo context underneath, for benchmarks that compare against raw Gloo on it.
   const std::shared_ptr<gloo::Context>& gloo_context() const { return context_; }
-  // The last exchange of a process that is leaving (finalize()); see MpiCommunicator's.
-  void check_all_ranks_leaving();
+  void leave() override;  // Communicator::leave
 
  private:
   template <typename Body>
@@ -68,7 +66,6 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<gloo::Context> context_;
   std::uint32_t tag_ = 1;
   int splits_ = 0;
-  std::string failure_;
 };
 
 }  // namespace keras::distribution

@@ -56,11 +56,6 @@ void divide(void* data, std::int64_t count, DType dtype, int size) {
   });
 }
 
-// A communicator's own message, cut short for quoting inside another message.
-std::string shortened(const std::string& message) {
-  return message.size() <= 400 ? message : message.substr(0, 397) + "...";
-}
-
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm communicator, std::string name, bool owned)
@@ -114,18 +109,13 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 void MpiCommunicator::fail(const std::string& message, bool exchange_abandoned) {
-  failure_ = message;
   exchange_abandoned_ = exchange_abandoned_ || exchange_abandoned;
-  record_collective_failure(message);
-  throw CollectiveError(message);
+  poison(message);
 }
 
 void MpiCommunicator::check_usable(const char* what) const {
-  if (failure_.empty()) return;
-  throw CollectiveError(str(what, " over ", name_, " refused: this communicator failed earlier and ",
-                            "cannot be used again (", shortened(failure_), "). Other processes may ",
-                            "still be inside the failed collective, so when this process exits it ",
-                            "ends the whole job instead of finalizing normally"));
+  refuse_if_poisoned(what, ". Other processes may still be inside the failed collective, so when "
+                           "this process exits it ends the whole job instead of finalizing normally");
 }
 
 void MpiCommunicator::check(int status, const char* what) {
@@ -419,7 +409,7 @@ void MpiCommunicator::barrier() {
   wait(request, what);
 }
 
-void MpiCommunicator::check_all_ranks_leaving() {
+void MpiCommunicator::leave() {
   // Ranks may reach the end far apart (one writes a checkpoint while the others are done), as
   // MPI_Finalize allows; a peer still issuing collectives matches this exchange at once and
   // disagrees, so only a peer that never arrives makes this wait, up to the longest deadline.

@@ -60,12 +60,8 @@ class MpiCommunicator : public Communicator {
   using Communicator::broadcast;
   using Communicator::reduce_scatter;
 
-  // The last exchange of a process that is leaving (finalize()): every rank must be leaving
-  // too. A rank still issuing collectives sees a disagreement naming this process's departure
-  // at once, instead of waiting for its timeout; returns normally only when all ranks leave.
-  void check_all_ranks_leaving();
-
-  bool poisoned() const { return !failure_.empty(); }
+  // A disagreement naming this process's departure reaches a rank still issuing collectives.
+  void leave() override;
 
   // Signature checks cost one 24-byte message per peer per collective; on by default. Without
   // them a missing rank blocks the others until the watchdog ends the process.
@@ -125,7 +121,6 @@ class MpiCommunicator : public Communicator {
   bool signature_checks_ = true;
   std::unique_ptr<ExchangeBuffers> buffers_ = std::make_unique<ExchangeBuffers>();
   bool exchange_abandoned_ = false;
-  std::string failure_;  // empty while usable
 };
 
 }  // namespace keras::distribution
