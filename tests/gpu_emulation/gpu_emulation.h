@@ -15,8 +15,8 @@ namespace keras::testing {
 
 class ScopedGpuEmulation {
  public:
-  // Throws on a machine with a GPU (its cached blocks would be freed as host memory: tests use
-  // the GPU there instead) and inside another emulation (they do not nest).
+  // Throws on a machine with a GPU (tests use the real one there) and inside another emulation
+  // (they do not nest).
   ScopedGpuEmulation();
   ScopedGpuEmulation(const ScopedGpuEmulation&) = delete;
   ScopedGpuEmulation& operator=(const ScopedGpuEmulation&) = delete;
