@@ -25,7 +25,11 @@ void initialize(std::optional<std::string> job_addresses = std::nullopt,
                 std::optional<std::string> job_token = std::nullopt);
 bool is_initialized();
 
-// Parsed and checked "host:port,host:port" (exposed for tests).
+// A job's addresses as initialize() takes them (job_addresses, KERAS_DISTRIBUTION_JOB_ADDRESSES):
+// "host:port", the coordinator's, or "host:port,host:port,…", one a process with the
+// coordinator's first. Split at the commas, each checked to be host:port with a port in 1-65535,
+// and a list of several checked to name num_processes processes when that is given; a
+// ValueError quotes what is at fault.
 std::vector<std::string> parse_job_addresses(const std::string& addresses,
                                              std::optional<int> num_processes);
 
@@ -53,9 +57,10 @@ std::shared_ptr<Communicator> gpu_world();
 // It is also world()'s device twin (Communicator::device_twin), and each mesh-axis group's twin
 // is split from it.
 
-// For tests on machines without a GPU (engine/gpu_emulation.h): while it lives, gpu_world() is
-// `group` (one that serves the emulated GPU, tests/gpu_emulation/) and mesh-axis groups are made
-// again with twins split from it.
+// While it lives, gpu_world() is `group`, for GPU memory that NCCL does not serve: when another
+// provider serves the gpu devices (engine/gpu_provider.h; tests/gpu_emulation/ pairs its
+// emulated GPU with such a group), `group` runs their collectives. Mesh-axis groups made before
+// are dropped and made again, with twins split from `group`.
 class ScopedGpuWorldOverride {
  public:
   explicit ScopedGpuWorldOverride(std::shared_ptr<Communicator> group);

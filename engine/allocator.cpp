@@ -9,8 +9,7 @@
 #include <vector>
 
 #include "engine/errors.h"
-#include "engine/gpu_emulation.h"
-#include "engine/gpu_runtime.h"
+#include "engine/gpu_provider.h"
 
 namespace keras {
 namespace {
@@ -62,16 +61,14 @@ Pool& pool_for(Device device) {
 }
 
 void* system_allocate(std::size_t bytes, Device device) {
-  if (device.is_gpu() && emulated_gpu() != nullptr && device.index != 0) {
-    throw ValueError(str("device ", device.to_string(), " does not exist: the emulated GPU is gpu:0"));
-  }
-  if (device.is_gpu() && emulated_gpu() == nullptr) {
+  if (device.is_gpu()) {
+    GpuProvider& gpus = gpu_provider();
     try {
-      return gpu::allocate(bytes, device.index);
+      return gpus.allocate(bytes, device.index);
     } catch (const OutOfMemoryError&) {
       // As below: cached blocks of other sizes may add up to enough. Free them and retry once.
       release_cached_memory();
-      return gpu::allocate(bytes, device.index);
+      return gpus.allocate(bytes, device.index);
     }
   }
   void* pointer = std::aligned_alloc(kAlignment, bytes);
@@ -89,8 +86,8 @@ void* system_allocate(std::size_t bytes, Device device) {
 }
 
 void system_free(void* pointer, Device device) {
-  if (device.is_gpu() && emulated_gpu() == nullptr) {
-    gpu::free(pointer, device.index);
+  if (device.is_gpu()) {
+    gpu_provider().free(pointer, device.index);
   } else {
     std::free(pointer);
   }
@@ -160,7 +157,7 @@ void release_cached_memory() {
     pool.stats.cached_bytes = 0;
   };
   drain(pool_for(Device::cpu()), Device::cpu());
-  int gpus = emulated_gpu() != nullptr ? 1 : gpu::device_count();
+  int gpus = gpu_provider().count();
   for (int index = 0; index < gpus && index < 16; ++index) {
     drain(pool_for(Device::gpu(index)), Device::gpu(index));
   }

@@ -53,10 +53,14 @@ class Backend {
 
 Backend& backend_for(Device device);
 Backend& cpu_backend();
-Backend& gpu_backend();  // engine/cuda/ or engine/no_gpu/
+// This build's GPU kernels (engine/cuda/ or engine/no_gpu/). Ops reach the GPU's kernels through
+// backend_for, which asks whatever serves gpu devices now (engine/gpu_provider.h).
+Backend& gpu_backend();
 
-// For tests: while it lives, backend_for(cpu) gives `backend` (tests/gpu_emulation/ runs the
-// GPU kernels' code on CPU tensors this way). Not for concurrent use with other overrides.
+// While it lives, backend_for(cpu) gives `backend` instead of the CPU kernels; memory stays host
+// memory. For other kernels on host memory (the GPU kernels' bodies run on the host, in
+// tests/gpu_emulation/), or a backend that wraps cpu_backend() to trace or count its calls. Not
+// for concurrent use with other overrides.
 class ScopedCpuBackendOverride {
  public:
   explicit ScopedCpuBackendOverride(Backend& backend);

@@ -5,8 +5,7 @@
 #include <charconv>
 
 #include "engine/errors.h"
-#include "engine/gpu_emulation.h"
-#include "engine/gpu_runtime.h"
+#include "engine/gpu_provider.h"
 
 namespace keras {
 
@@ -42,12 +41,10 @@ Device default_device() { return current_default; }
 
 void set_default_device(Device device) {
   if (device.is_gpu()) {
-    int available = emulated_gpu() != nullptr ? 1 : gpu::device_count();
-    if (device.index < 0 || device.index >= available) {
+    const GpuProvider& gpus = gpu_provider();
+    if (device.index < 0 || device.index >= gpus.count()) {
       throw ValueError(str("set_default_device(", device.to_string(), "): that GPU does not exist (",
-                           emulated_gpu() != nullptr ? "an emulated GPU, gpu:0"
-                                                     : gpu::description(),
-                           ")"));
+                           gpus.description(), ")"));
     }
   }
   current_default = device;

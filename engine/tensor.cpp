@@ -1,13 +1,11 @@
 // Tensor handle: creation, element access, device moves.
 #include "engine/tensor.h"
 
-#include <cstring>
 #include <sstream>
 
 #include "engine/backend.h"
 #include "engine/errors.h"
-#include "engine/gpu_emulation.h"
-#include "engine/gpu_runtime.h"
+#include "engine/gpu_provider.h"
 #include "engine/ops.h"
 
 namespace keras {
@@ -171,13 +169,10 @@ Tensor Tensor::to(Device target) const {
   if (source == target) return *this;
   Tensor out = empty(shape(), dtype(), target);
   if (nbytes() > 0) {
-    if (emulated_gpu() != nullptr) {  // engine/gpu_emulation.h: GPU memory is host memory
-      std::memcpy(out.raw_data(), raw_data(), nbytes());
-      if (source.is_gpu() && target.is_cpu()) note_emulated_gpu_read(*emulated_gpu(), source);
-    } else if (source.is_cpu() && target.is_gpu()) {
-      gpu::copy_host_to_device(out.raw_data(), raw_data(), nbytes(), target.index);
+    if (source.is_cpu() && target.is_gpu()) {
+      gpu_provider().copy_to_device(out.raw_data(), raw_data(), nbytes(), target.index);
     } else if (source.is_gpu() && target.is_cpu()) {
-      gpu::copy_device_to_host(out.raw_data(), raw_data(), nbytes(), source.index);
+      gpu_provider().copy_to_host(out.raw_data(), raw_data(), nbytes(), source.index);
     } else {
       Tensor host = to(Device::cpu());
       return host.to(target);

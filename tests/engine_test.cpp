@@ -1,11 +1,15 @@
-// Engine tests beyond the op table: tensors, autograd bookkeeping, the counter-based RNG's
-// slice property, initializers, losses against hand-computed values, one optimizer step
-// against Keras' formulas, and the errors bad inputs must give.
+// Engine tests beyond the op table: tensors, the allocator and what serves gpu devices,
+// autograd bookkeeping, the counter-based RNG's slice property, initializers, losses against
+// hand-computed values, one optimizer step against Keras' formulas, and the errors bad inputs
+// must give.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <set>
 
 #include "engine/backend.h"
 #include "engine/cpu/kernels.h"
+#include "engine/gpu_provider.h"
 #include "engine/gpu_runtime.h"
 #include "engine/unimplemented_backend.h"
 #include "tests/test_helpers.h"
@@ -64,6 +68,51 @@ TEST(Allocator, ReusesFreedBlocksInsteadOfAllocatingAgain) {
   std::size_t before = allocator_stats(Device::cpu()).fresh_allocations;
   for (int i = 0; i < 10; ++i) Tensor again = Tensor::empty({1000, 1000});
   EXPECT_EQ(allocator_stats(Device::cpu()).fresh_allocations, before);
+}
+
+// One GPU in host memory that counts the blocks it hands out and gets back.
+class CountingHostGpu final : public GpuProvider {
+ public:
+  int count() const override { return 1; }
+  std::string description() const override { return "one GPU in host memory"; }
+  Backend& backend() override { return cpu_backend(); }
+  void* allocate(std::size_t bytes, int) override {
+    ++allocated;
+    return std::aligned_alloc(64, bytes);
+  }
+  void free(void* pointer, int) override {
+    ++freed;
+    std::free(pointer);
+  }
+  void copy_to_device(void* device_pointer, const void* host_pointer, std::size_t bytes,
+                      int) override {
+    std::memcpy(device_pointer, host_pointer, bytes);
+  }
+  void copy_to_host(void* host_pointer, const void* device_pointer, std::size_t bytes,
+                    int) override {
+    std::memcpy(host_pointer, device_pointer, bytes);
+  }
+  int allocated = 0;
+  int freed = 0;
+};
+
+// While an override lives its provider serves the gpu devices (memory, copies, kernels, count);
+// when it ends, the blocks the allocator cached for them go back to it, and the provider before
+// serves again.
+TEST(GpuProvider, AnOverrideServesTheGpusAndGetsItsCachedBlocksBack) {
+  GpuProvider& before = gpu_provider();
+  CountingHostGpu provider;
+  {
+    ScopedGpuProviderOverride serving(provider);
+    EXPECT_EQ(&gpu_provider(), &provider);
+    EXPECT_EQ(&backend_for(Device::gpu(0)), &cpu_backend());
+    Tensor on_gpu = Tensor::from_vector<float>({1, 2, 3}, {3}).to(Device::gpu(0));
+    EXPECT_EQ(on_gpu.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+    EXPECT_EQ(provider.allocated, 1);
+    DefaultDeviceScope on(Device::gpu(0));  // gpu:0 exists: the provider counts one GPU
+  }
+  EXPECT_EQ(provider.freed, provider.allocated) << "the cached block went back to the provider";
+  EXPECT_EQ(&gpu_provider(), &before);
 }
 
 TEST(ThreadPool, CoversTheRangeOnceAndPropagatesErrors) {

@@ -7,9 +7,8 @@
 // skipped, saying why, where there is none.
 #include <cstring>
 
-#include "engine/gpu_emulation.h"
 #include "engine/gpu_runtime.h"
-#include "tests/gpu_emulation/host_launcher.h"
+#include "tests/gpu_emulation/gpu_emulation.h"
 #include "tests/test_helpers.h"
 
 namespace keras {
@@ -126,7 +125,7 @@ std::vector<double> train_on(Device device) {
 TEST(GpuKernelsOnHost, TrainingOnTheGpuGivesTheCpuWeights) {
   if (gpu::device_count() > 0) GTEST_SKIP() << "a real GPU is here: Gpu.TrainingGivesTheCpuWeights runs";
   std::vector<double> on_cpu = train_on(Device::cpu());
-  ScopedGpuEmulation emulation(testing::emulated_gpu_backend());
+  testing::ScopedGpuEmulation emulation;
   expect_close(train_on(Device::gpu(0)), on_cpu, 1e-5, "weights after two epochs");
 }
 
@@ -159,7 +158,7 @@ void check_index_errors_wait_for_the_next_read(Device gpu) {
 
 TEST(GpuKernelsOnHost, IndexErrorsWaitForTheNextRead) {
   if (gpu::device_count() > 0) GTEST_SKIP() << "a real GPU is here: Gpu.IndexErrorsWaitForTheNextRead runs";
-  ScopedGpuEmulation emulation(testing::emulated_gpu_backend());
+  testing::ScopedGpuEmulation emulation;
   check_index_errors_wait_for_the_next_read(Device::gpu(0));
 }
 
@@ -167,7 +166,7 @@ TEST(GpuKernelsOnHost, IndexErrorsWaitForTheNextRead) {
 // per metric), whatever the number of batches, unless a callback asks for every batch's.
 TEST(GpuKernelsOnHost, TrainingReadsFromTheGpuOnlyForTheLogs) {
   if (gpu::device_count() > 0) GTEST_SKIP() << "counts reads of the emulated GPU";
-  ScopedGpuEmulation emulation(testing::emulated_gpu_backend());
+  testing::ScopedGpuEmulation emulation;
   auto reads_to_train = [](std::int64_t samples, std::vector<CallbackPtr> callbacks) {
     DefaultDeviceScope on(Device::gpu(0));
     clear_session();
@@ -176,9 +175,9 @@ TEST(GpuKernelsOnHost, TrainingReadsFromTheGpuOnlyForTheLogs) {
     Sequential model({layers::Dense(8, "relu"), layers::Dense(3)});
     model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(), {"accuracy"});
     model.build({samples, 2});
-    std::int64_t before = emulated_gpu_reads();
+    std::int64_t before = testing::emulated_gpu_reads();
     model.fit(data.x, data.y, {.batch_size = 8, .epochs = 2, .callbacks = callbacks, .verbose = 0});
-    return emulated_gpu_reads() - before;
+    return testing::emulated_gpu_reads() - before;
   };
   EXPECT_EQ(reads_to_train(16, {}), 2 * 2) << "2 batches an epoch";
   EXPECT_EQ(reads_to_train(128, {}), 2 * 2) << "16 batches an epoch";

@@ -16,9 +16,8 @@
 #include <optional>
 #include <tuple>
 
-#include "engine/gpu_emulation.h"
 #include "engine/gpu_runtime.h"
-#include "tests/gpu_emulation/host_launcher.h"
+#include "tests/gpu_emulation/gpu_emulation.h"
 #include "tests/test_helpers.h"
 
 namespace keras {
@@ -380,9 +379,8 @@ Tensor make_input(const Shape& shape, Domain domain, std::uint64_t seed) {
 void PrintTo(const OpCase& op_case, std::ostream* stream) { *stream << op_case.name; }
 
 // Every case runs on every backend: the CPU; an emulated gpu:0 whose memory is host memory and
-// whose kernels are the CUDA kernel bodies run on the host (engine/gpu_emulation.h,
-// tests/gpu_emulation/: the GPU kernels' logic and the ops' device placement, without a GPU);
-// and the GPU when one exists.
+// whose kernels are the CUDA kernel bodies run on the host (tests/gpu_emulation/: the GPU
+// kernels' logic and the ops' device placement, without a GPU); and the GPU when one exists.
 enum class TestDevice { cpu, emulated_gpu, gpu };
 
 std::string device_name(TestDevice device) {
@@ -406,7 +404,7 @@ class OpTable : public ::testing::TestWithParam<std::tuple<OpCase, TestDevice>> 
     }
     if (device == TestDevice::emulated_gpu) {
       if (gpu::device_count() > 0) GTEST_SKIP() << "a real GPU is here: the gpu cases run on it";
-      emulation_.emplace(testing::emulated_gpu_backend());
+      emulation_.emplace();
     }
   }
   const OpCase& op_case() const { return std::get<0>(GetParam()); }
@@ -420,7 +418,7 @@ class OpTable : public ::testing::TestWithParam<std::tuple<OpCase, TestDevice>> 
   }
 
  private:
-  std::optional<ScopedGpuEmulation> emulation_;
+  std::optional<testing::ScopedGpuEmulation> emulation_;
 };
 
 TEST_P(OpTable, MatchesReferenceInFloat64AndFloat32) {

@@ -2,7 +2,7 @@
 #include <atomic>
 
 #include "engine/cpu/kernels.h"
-#include "engine/gpu_emulation.h"
+#include "engine/gpu_provider.h"
 
 namespace keras {
 namespace {
@@ -33,8 +33,7 @@ Backend& backend_for(Device device) {
     Backend* override = cpu_override.load(std::memory_order_relaxed);
     return override != nullptr ? *override : cpu_backend();
   }
-  if (Backend* emulated = emulated_gpu()) return *emulated;
-  return gpu_backend();
+  return gpu_provider().backend();
 }
 
 const char* unary_op_name(UnaryOp op) {

@@ -1,4 +1,4 @@
-// A process group that serves the emulated GPU (engine/gpu_emulation.h) by running a host
+// A process group that serves the emulated GPU (gpu_emulation.h) by running a host
 // group's collectives on its memory, which is host memory: what NCCL is to a real GPU. Installed
 // as gpu_world() (distribution::ScopedGpuWorldOverride), it lets multi-process tests without a
 // GPU check the plumbing NCCL relies on: that each host group's GPU twin is found, split per mesh
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "distribution/communicator.h"
-#include "engine/gpu_emulation.h"
+#include "tests/gpu_emulation/gpu_emulation.h"
 
 namespace keras::testing {
 
@@ -21,7 +21,7 @@ class EmulatedGpuGroup final : public distribution::Communicator {
   int rank() const override { return host_->rank(); }
   const std::string& name() const override { return name_; }
   bool accepts(Device device) const override {
-    return emulated_gpu() != nullptr && device == Device::gpu(0);
+    return gpu_emulation_active() && device == Device::gpu(0);
   }
   void all_reduce(void* data, std::int64_t count, DType dtype,
                   distribution::ReduceOperation operation) override {

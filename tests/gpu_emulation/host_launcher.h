@@ -61,10 +61,4 @@ class HostLauncher {
   Device device_;
 };
 
-// The GPU kernels on host memory.
-inline Backend& emulated_gpu_backend() {
-  static gpu_kernels::KernelBackend<HostLauncher> backend;
-  return backend;
-}
-
 }  // namespace keras::testing

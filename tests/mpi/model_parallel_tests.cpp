@@ -10,11 +10,9 @@
 #include "distribution/placement.h"
 #include "distribution/redistribute.h"
 #include "distribution/sharded_tensor.h"
-#include "engine/gpu_emulation.h"
 #include "engine/gpu_runtime.h"
 #include "keras.h"
 #include "tests/gpu_emulation/emulated_gpu_group.h"
-#include "tests/gpu_emulation/host_launcher.h"
 #include "tests/test_helpers.h"
 
 namespace keras {
@@ -260,7 +258,7 @@ TEST_P(ModelParallelTable, MatchesOneProcessOnTheGpus) {
   if (gpu::device_count() > 0) GTEST_SKIP() << "GPUs are here: tests/nccl/ runs on them";
   const Case& test = GetParam();
   TrainingRun single = train(test, false);
-  ScopedGpuEmulation emulation(keras::testing::emulated_gpu_backend());
+  keras::testing::ScopedGpuEmulation emulation;
   kd::ScopedGpuWorldOverride gpus(std::make_shared<keras::testing::EmulatedGpuGroup>(kd::world_pointer()));
   TrainingRun sharded;
   const std::int64_t served_before = keras::testing::EmulatedGpuGroup::served;

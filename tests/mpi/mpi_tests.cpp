@@ -10,11 +10,9 @@
 #include "distribution/gradient_reducer.h"
 #include "distribution/local_gpu.h"
 #include "distribution/mpi/mpi_communicator.h"
-#include "engine/gpu_emulation.h"
 #include "engine/gpu_runtime.h"
 #include "keras.h"
 #include "tests/gpu_emulation/emulated_gpu_group.h"
-#include "tests/gpu_emulation/host_launcher.h"
 #include "tests/test_helpers.h"
 
 namespace keras {
@@ -292,7 +290,7 @@ TEST(DataParallelTraining, OnTheGpusMatchesOneProcess) {
   if (gpu::device_count() > 0) GTEST_SKIP() << "GPUs are here: tests/nccl/ trains on them";
   std::map<std::string, double> single_evaluation, parallel_evaluation;
   auto single = train(false, "adam", &single_evaluation);
-  ScopedGpuEmulation emulation(keras::testing::emulated_gpu_backend());
+  keras::testing::ScopedGpuEmulation emulation;
   kd::ScopedGpuWorldOverride gpus(std::make_shared<keras::testing::EmulatedGpuGroup>(kd::world_pointer()));
   const std::int64_t served_before = keras::testing::EmulatedGpuGroup::served;
   std::vector<std::vector<double>> parallel;
@@ -315,7 +313,7 @@ TEST(DataParallelTraining, OnTheGpusMatchesOneProcess) {
 // instead of waiting in their next collective until its deadline.
 TEST(DataParallelTraining, ABadLabelOnOneGpuStopsEveryProcess) {
   if (gpu::device_count() > 0) GTEST_SKIP() << "counts on the emulated GPU's deferred check";
-  ScopedGpuEmulation emulation(keras::testing::emulated_gpu_backend());
+  keras::testing::ScopedGpuEmulation emulation;
   kd::ScopedGpuWorldOverride gpus(std::make_shared<keras::testing::EmulatedGpuGroup>(kd::world_pointer()));
   clear_session();
   kd::set_distribution(std::make_shared<kd::DataParallel>());
