@@ -2,12 +2,10 @@
 #include "layers/model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <optional>
 #include <random>
-#include <sstream>
 
 #include "engine/errors.h"
 #include "engine/ops.h"
@@ -123,53 +121,7 @@ Tensor to_data_layout(const Tensor& outputs) {
   return context ? context->to_data_layout(outputs) : outputs;
 }
 
-std::string engine_state(const std::mt19937_64& engine) {
-  std::ostringstream text;
-  text << engine;
-  return text.str();
-}
-
-void set_engine_state(std::mt19937_64& engine, const std::string& state) {
-  std::istringstream text(state);
-  std::mt19937_64 restored;
-  text >> restored;
-  if (text.fail()) {
-    throw ValueError("fit: the resumed position's shuffle_state is not a state of the shuffling "
-                     "generator (std::mt19937_64)");
-  }
-  engine = restored;
-}
-
 }  // namespace
-
-void check_resumable(const TrainingPosition& saved, const TrainingPosition& run,
-                     std::size_t metric_count) {
-  if (saved.samples != run.samples || saved.batch_size != run.batch_size) {
-    throw ValueError(str("fit: the backup was made by a fit() of ", saved.samples,
-                         " samples in batches of ", saved.batch_size, "; this one has ",
-                         run.samples, " samples in batches of ", run.batch_size,
-                         ", so it cannot resume it"));
-  }
-  if (saved.epoch < 0 || saved.epoch > run.epochs) {
-    throw ValueError(str("fit: cannot resume at epoch ", saved.epoch, "; this run has ",
-                         run.epochs, " epochs"));
-  }
-  if (saved.step < 0 || saved.step > run.steps) {
-    throw ValueError(str("fit: cannot resume after batch ", saved.step, " of an epoch of ",
-                         run.steps, " batches"));
-  }
-  if (saved.step > 0 && saved.totals.size() != 2 + 2 * metric_count) {
-    throw ValueError(str("fit: the resumed position holds ", saved.totals.size(),
-                         " totals; a model compiled with ", metric_count, " metric(s) needs ",
-                         2 + 2 * metric_count));
-  }
-  if (!std::isfinite(saved.epoch_learning_rate) || saved.epoch_learning_rate < 0) {
-    throw ValueError(str("fit: the resumed position's learning rate ", saved.epoch_learning_rate,
-                         " is not a finite number >= 0"));
-  }
-  std::mt19937_64 probe;
-  set_engine_state(probe, saved.shuffle_state);
-}
 
 Model::Model(const std::string& name, const std::string& default_prefix)
     : Layer(default_prefix, name) {}
@@ -332,7 +284,7 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
     TrainingPosition position;
     position.epoch = epoch;
     position.step = step;
-    position.shuffle_state = engine_state(shuffle_engine);
+    position.shuffle_state = shuffle_state_of(shuffle_engine);
     position.epoch_learning_rate = optimizer_->learning_rate();
     position.samples = samples;
     position.batch_size = batch_size;
@@ -349,7 +301,7 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
     TrainingPosition resumed = std::move(*resume_from_);
     resume_from_.reset();
     check_resumable(resumed, position_, metric_names_.size());
-    set_engine_state(shuffle_engine, resumed.shuffle_state);
+    restore_shuffle_state(shuffle_engine, resumed.shuffle_state);
     first_epoch = resumed.epoch;
     first_step = resumed.step;
     resumed_totals = std::move(resumed.totals);

@@ -18,6 +18,7 @@
 #include "layers/global_batch.h"
 #include "layers/metrics.h"
 #include "layers/progress_output.h"
+#include "layers/training_position.h"
 
 namespace keras::distribution {
 class GradientReducer;
@@ -63,31 +64,6 @@ struct EvaluateOptions {
   std::int64_t batch_size = 32;
   Verbose verbose = "auto";
 };
-
-// Where fit() is, for callbacks that save a run to resume it (BackupAndRestore).
-struct TrainingPosition {
-  int epoch = 0;          // the epoch being run, 0-based
-  std::int64_t step = 0;  // its batches done; all of them when only its end is still to run
-  std::string shuffle_state;  // the shuffling generator before this epoch's permutation
-  // The global totals of those batches (loss sum, samples, then sum and count per compiled
-  // metric), so the epoch's logs come out as an uninterrupted run's.
-  std::vector<double> totals;
-  // The learning rate before this epoch's on_epoch_begin callbacks ran: a resumed epoch starts
-  // from it, so a schedule applied at epoch begin is not applied twice.
-  double epoch_learning_rate = 0.0;
-  // The fit() call it belongs to: a backup of another dataset or batch size is refused.
-  std::int64_t samples = 0;
-  std::int64_t batch_size = 0;
-  std::int64_t steps = 0;  // batches per epoch
-  int epochs = 0;
-};
-
-// Throws ValueError unless `saved` (a position saved by an earlier run) can be resumed by the
-// fit() call at `run` with `metric_count` compiled metrics: same samples and batch size, an
-// epoch within the run's epochs (more epochs than before is fine), totals for its metrics, and
-// a shuffle state that reads back.
-void check_resumable(const TrainingPosition& saved, const TrainingPosition& run,
-                     std::size_t metric_count);
 
 struct History {
   std::vector<int> epoch;
