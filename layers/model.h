@@ -26,8 +26,6 @@ class GradientReducer;
 
 namespace keras {
 
-class DataParallelContext;
-
 // A loss given by Keras name or as an object.
 class LossSpec {
  public:
@@ -127,20 +125,9 @@ class Model : public Layer {
   optimizers::Optimizer& optimizer();
 
  private:
+  // The loops of fit, evaluate, predict and train_on_batch (layers/trainer.h) run on this state.
+  friend class Trainer;
   void check_compiled(const char* what) const;
-  void check_data(const Tensor& x, const Tensor& y, const char* what) const;
-  struct StepResult {
-    Tensor loss;  // mean over this process's rows, a scalar left on the device (undefined for none)
-    Tensor predictions;
-  };
-  // One optimisation step on this process's rows of a global batch; `loss_scale` is
-  // local_rows / global_rows under data parallelism (1 otherwise), see
-  // layers/data_parallel_context.h.
-  // `rows` places this process's rows in the global batch (null without data parallelism).
-  StepResult train_step(const Tensor& x, const Tensor& y, double loss_scale,
-                        const DataParallelContext& context, const GlobalBatchRows* rows);
-  std::map<std::string, double> run_evaluation(const Tensor& x, const Tensor& y,
-                                               std::int64_t batch_size, int verbose);
 
   std::shared_ptr<optimizers::Optimizer> optimizer_;
   losses::LossPtr loss_;
