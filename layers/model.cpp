@@ -1,18 +1,15 @@
-// The Model API: compile, the entry points of training (handed to layers/trainer.h), summaries,
-// the optimizer and its state, and weights on disk.
+// The Model API: compile, the entry points of training (handed to layers/trainer.h) and of
+// weight files (layers/weight_files.h), summaries, the optimizer and its state.
 #include "layers/model.h"
 
 #include <cstdio>
 
 #include "distribution/gradient_reducer.h"
 #include "distribution/runtime.h"
-#include "distribution/sharded_tensor.h"
 #include "engine/errors.h"
-#include "engine/ops.h"
-#include "io/safetensors.h"
-#include "layers/checkpoint_files.h"
 #include "layers/model_summary.h"
 #include "layers/trainer.h"
+#include "layers/weight_files.h"
 
 namespace keras {
 
@@ -80,77 +77,16 @@ void Model::summary() {
   if (distribution::process_id() == 0) std::fputs(text.c_str(), stdout);
 }
 
-namespace {
-void check_weights_path(const std::string& path, const char* what) {
-  const std::string suffix = ".safetensors";
-  if (path.size() < suffix.size() ||
-      path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) {
-    throw ValueError(str(what, ": the file name must end in '.safetensors', got '", path, "'"));
-  }
-}
-}  // namespace
-
 void Model::save_weights(const std::string& path) {
-  check_weights_path(path, "save_weights");
+  weight_files::check_file_name(path, "save_weights");
   check_built("save_weights");
-  // Full tensors, whatever the distribution. A replicated model is written by whichever
-  // process calls this (each write is a private temporary renamed over the target, so several
-  // processes writing the same bytes is safe, and one alone — the usual `if chief` — is too).
-  // A sharded model is gathered, which every process must take part in; then process 0 writes
-  // and the others learn whether it succeeded, so no process goes on to load a file that is
-  // not there.
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  bool gathered = false;
-  {
-    NoGradGuard no_grad;
-    for (Variable* variable : variables()) {
-      gathered = gathered || distribution::sharding_of(variable->value).has_value();
-      tensors.emplace_back(variable->path(), checkpoint::full_tensor(variable->value, variable->value));
-    }
-  }
-  checkpoint::write_file(path, tensors, {{"format", "keras-cpp"}, {"model", name()}}, gathered,
-                         "save_weights");
+  weight_files::save(*this, path);
 }
 
 void Model::load_weights(const std::string& path) {
-  check_weights_path(path, "load_weights");
+  weight_files::check_file_name(path, "load_weights");
   check_built("load_weights");
-  auto loaded = io::load_safetensors(path);
-  std::map<std::string, Tensor> by_name(loaded.begin(), loaded.end());
-  std::vector<Variable*> model_variables = variables();
-  // Check everything before changing anything, so a bad file leaves the model as it was.
-  for (Variable* variable : model_variables) {
-    auto found = by_name.find(variable->path());
-    if (found == by_name.end()) {
-      throw ValueError(str("load_weights: '", path, "' has no weight '", variable->path(),
-                           "', which model '", name(), "' needs"));
-    }
-    if (found->second.shape() != variable->global_shape()) {
-      throw ShapeError(str("load_weights: weight '", variable->path(), "' in '", path,
-                           "' has shape ", shape_to_string(found->second.shape()),
-                           " but the model expects ", shape_to_string(variable->global_shape())));
-    }
-    if (!is_floating(found->second.dtype())) {
-      throw DTypeError(str("load_weights: weight '", variable->path(), "' in '", path, "' is ",
-                           dtype_name(found->second.dtype()), "; expected a float dtype"));
-    }
-  }
-  if (by_name.size() != model_variables.size()) {
-    for (const auto& [key, value] : by_name) {
-      bool used = false;
-      for (Variable* variable : model_variables) used = used || variable->path() == key;
-      if (!used) {
-        throw ValueError(str("load_weights: '", path, "' has weight '", key, "', which model '",
-                             name(), "' does not have"));
-      }
-    }
-  }
-  NoGradGuard no_grad;
-  for (Variable* variable : model_variables) {
-    // A sharded variable keeps its own block of the full tensor in the file.
-    Tensor block = checkpoint::local_block(by_name[variable->path()], variable->value);
-    variable->value.assign(ops::cast(block, variable->value.dtype()));
-  }
+  weight_files::load(*this, path);
 }
 
 }  // namespace keras
