@@ -135,8 +135,8 @@ void Trainer::check_data(const Tensor& x, const Tensor& y, const char* what) con
 }
 
 Trainer::StepResult Trainer::train_step(const Tensor& x, const Tensor& y, double loss_scale,
-                                     const DataParallelContext& context,
-                                     const GlobalBatchRows* rows) {
+                                        const DataParallelContext& context,
+                                        const GlobalBatchRows* rows) {
   const bool distributed = context.distributed();
   distribution::CollectiveLog::Scope collectives;
   for (Tensor& variable : model_.trainable_weights()) variable.zero_grad();
@@ -379,7 +379,7 @@ History Trainer::fit(const Tensor& x, const Tensor& y, const FitOptions& options
 }
 
 std::map<std::string, double> Trainer::run_evaluation(const Tensor& x, const Tensor& y,
-                                                    std::int64_t batch_size, int verbose) {
+                                                      std::int64_t batch_size, int verbose) {
   if (batch_size <= 0) {
     throw ValueError(str("evaluate: batch_size must be a positive integer, got ", batch_size));
   }
@@ -421,7 +421,7 @@ std::map<std::string, double> Trainer::run_evaluation(const Tensor& x, const Ten
 }
 
 std::map<std::string, double> Trainer::evaluate(const Tensor& x, const Tensor& y,
-                                              const EvaluateOptions& options) {
+                                                const EvaluateOptions& options) {
   model_.check_compiled("evaluate");
   check_data(x, y, "evaluate");
   return run_evaluation(x, y, options.batch_size, options.verbose.resolve());
