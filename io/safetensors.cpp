@@ -1,25 +1,15 @@
-// safetensors reader and writer. The writer goes through a temporary file of a unique name
-// (mkstemp) in the target's directory and renames it into place, so readers see either the old
-// file or the complete new one, even when two saves to one path overlap; temporaries of saves
-// killed midway are removed by the next save to that path. The reader treats the file as
-// untrusted: the JSON nesting depth is bounded while parsing (a header of 100,000 nested arrays
-// overflowed the stack), duplicate keys and bytes after the JSON are refused as the reference
+// safetensors reader and writer. The writer goes through an AtomicFile (io/atomic_file.h), so
+// readers see the old file or the complete new one. The reader treats the file as untrusted:
+// the JSON nesting depth is bounded while parsing (a header of 100,000 nested arrays overflowed
+// the stack), duplicate keys and bytes after the JSON are refused as the reference
 // implementation refuses them, every header field is type-checked, messages quote at most a
 // few dozen bytes of the file, and the byte ranges must tile the data section exactly before
 // any tensor is allocated from them.
 #include "io/safetensors.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cctype>
 #include <cerrno>
-#include <chrono>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -30,6 +20,7 @@
 #include <set>
 
 #include "engine/errors.h"
+#include "io/atomic_file.h"
 
 namespace keras::io {
 namespace {
@@ -43,8 +34,6 @@ constexpr std::size_t kHeaderLengthBytes = 8;
 // A valid header nests three deep (the object, an entry, its shape); the reference
 // implementation's JSON parser stops at 128. Deeper input is refused while parsing.
 constexpr int kMaxHeaderDepth = 64;
-// A temporary of a dead process untouched for this long is removed by the next save.
-constexpr std::chrono::minutes kAbandonedAfter{10};
 
 // Tensor bytes are copied to and from the file as they lie in memory; the format is
 // little-endian, so a big-endian host would need byte swapping that nobody has asked for yet.
@@ -87,162 +76,6 @@ struct FileCloser {
   void operator()(std::FILE* file) const { std::fclose(file); }
 };
 using FilePointer = std::unique_ptr<std::FILE, FileCloser>;
-
-// Temporaries are named "<target>.tmp.<pid>.<host>.keras-XXXXXX" (mkstemp fills the X's), so
-// that a later save can tell which ones belong to a process of this host that no longer exists
-// (and never takes a user's "<target>.tmp.<something>" for one).
-std::string temporary_prefix(const std::string& target_path) {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "unknown-host");
-  return str(target_path, ".tmp.", ::getpid(), ".", host, ".keras-");
-}
-
-// Removes the temporaries of saves to `target_path` whose process died (a killed save cannot
-// clean up after itself). Only this host's processes can be checked; others are left alone.
-void remove_abandoned_temporaries(const std::string& target_path) {
-  namespace fs = std::filesystem;
-  fs::path target(target_path);
-  fs::path directory = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  std::string prefix = target.filename().string() + ".tmp.";
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) return;
-  std::error_code error;
-  for (fs::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
-    std::string name = it->path().filename().string();
-    if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    // The rest is "<pid>.<host>.keras-XXXXXX", the X's from mkstemp's alphabet.
-    static constexpr std::string_view kMarker = ".keras-";
-    const std::size_t tail = kMarker.size() + 6;
-    std::string rest = name.substr(prefix.size());
-    std::size_t dot = rest.find('.');
-    if (dot == std::string::npos || rest.size() < dot + 1 + tail ||
-        rest.compare(rest.size() - tail, kMarker.size(), kMarker) != 0) {
-      continue;
-    }
-    bool mkstemp_suffix = true;
-    for (std::size_t i = rest.size() - 6; i < rest.size(); ++i) {
-      mkstemp_suffix = mkstemp_suffix && std::isalnum(static_cast<unsigned char>(rest[i]));
-    }
-    if (!mkstemp_suffix) continue;
-    std::string pid_text = rest.substr(0, dot);
-    std::string owner_host = rest.substr(dot + 1, rest.size() - dot - 1 - tail);
-    long pid = 0;
-    auto [stop, parse_error] = std::from_chars(pid_text.data(), pid_text.data() + pid_text.size(), pid);
-    if (parse_error != std::errc() || stop != pid_text.data() + pid_text.size() || pid <= 0 ||
-        owner_host != host) {
-      continue;
-    }
-    // A process of another PID namespace on a host of the same name (containers) looks dead
-    // from here, so only temporaries untouched for kAbandonedAfter are taken for abandoned.
-    std::error_code time_error;
-    auto modified = fs::last_write_time(it->path(), time_error);
-    if (time_error || fs::file_time_type::clock::now() - modified < kAbandonedAfter) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-      std::error_code ignored;
-      fs::remove(it->path(), ignored);
-    }
-  }
-}
-
-// The permissions a file created normally would get (0666 less the umask), for the temporary
-// that mkstemp creates 0600. The umask is read from /proc: calling umask() to read it would
-// change it for a moment under every other thread.
-mode_t default_file_mode() {
-  std::FILE* status = std::fopen("/proc/self/status", "r");
-  unsigned mask = 022;
-  if (status != nullptr) {
-    char line[256];
-    while (std::fgets(line, sizeof line, status) != nullptr) {
-      if (std::sscanf(line, "Umask: %o", &mask) == 1) break;
-    }
-    std::fclose(status);
-  }
-  return static_cast<mode_t>(0666 & ~mask);
-}
-
-// The file being written; removed on destruction unless commit() renamed it into place, so
-// every exception path (a failing write, a GPU copy that throws) cleans up after itself.
-class TemporaryFile {
- public:
-  explicit TemporaryFile(std::string target_path) : target_path_(std::move(target_path)) {
-    remove_abandoned_temporaries(target_path_);
-    std::string pattern = temporary_prefix(target_path_) + "XXXXXX";
-    int descriptor = ::mkstemp(pattern.data());
-    if (descriptor < 0) {
-      throw FileNotFoundError(str("save_safetensors: cannot create a temporary file beside '",
-                                  target_path_, "' (", pattern, "): ", errno_text(errno)));
-    }
-    temporary_path_ = pattern;
-    file_ = ::fdopen(descriptor, "wb");
-    if (file_ == nullptr) {
-      int error_number = errno;
-      ::close(descriptor);
-      std::remove(temporary_path_.c_str());
-      throw Error(str("save_safetensors: cannot open '", temporary_path_, "': ",
-                      errno_text(error_number)));
-    }
-    if (::fchmod(descriptor, default_file_mode()) != 0) {
-      int error_number = errno;
-      std::fclose(file_);
-      std::remove(temporary_path_.c_str());
-      throw Error(str("save_safetensors: cannot set the permissions of '", temporary_path_,
-                      "': ", errno_text(error_number)));
-    }
-  }
-  ~TemporaryFile() {
-    if (file_ != nullptr) std::fclose(file_);
-    if (!committed_) std::remove(temporary_path_.c_str());
-  }
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-
-  void write(const void* bytes, std::size_t count) {
-    if (count > 0 && std::fwrite(bytes, 1, count, file_) != count) fail("write");
-  }
-
-  // Data reaches the disk before the rename (fsync of the file), and the rename itself after it
-  // (fsync of the directory): without the first a crash could leave the renamed file empty on
-  // filesystems that reorder metadata and data writes; without the second the old file could
-  // come back.
-  void commit() {
-    if (std::fflush(file_) != 0) fail("flush");
-    if (::fsync(::fileno(file_)) != 0) fail("sync");
-    std::FILE* file = file_;
-    file_ = nullptr;
-    if (std::fclose(file) != 0) fail("close");
-    if (std::rename(temporary_path_.c_str(), target_path_.c_str()) != 0) fail("rename");
-    committed_ = true;
-    sync_parent_directory();
-  }
-
- private:
-  [[noreturn]] void fail(const char* step) const {
-    throw Error(str("save_safetensors: could not ", step, " '", temporary_path_, "' (for '",
-                    target_path_, "'): ", errno_text(errno)));
-  }
-  void sync_parent_directory() const {
-    std::filesystem::path parent = std::filesystem::path(target_path_).parent_path();
-    if (parent.empty()) parent = ".";
-    int directory = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY);
-    if (directory < 0) {
-      throw Error(str("save_safetensors: saved '", target_path_, "' but cannot open its ",
-                      "directory to make the rename durable: ", errno_text(errno)));
-    }
-    // EINVAL: the filesystem cannot sync directories (some network filesystems); nothing to do.
-    int status = ::fsync(directory);
-    int error_number = errno;
-    ::close(directory);
-    if (status != 0 && error_number != EINVAL) {
-      throw Error(str("save_safetensors: saved '", target_path_, "' but syncing its directory ",
-                      "failed: ", errno_text(error_number)));
-    }
-  }
-
-  std::string temporary_path_;
-  std::string target_path_;
-  std::FILE* file_ = nullptr;
-  bool committed_ = false;
-};
 
 // SAX handler of the header's validation pass: nesting depth and keys that appear twice in one
 // object. It stops the parse (returns false) at the first problem, which it keeps.
@@ -473,7 +306,7 @@ void save_safetensors(const std::string& path,
     length_bytes[i] = static_cast<unsigned char>(header_length >> (8 * i));
   }
 
-  TemporaryFile file(path);
+  AtomicFile file(path, "save_safetensors");
   file.write(length_bytes, sizeof length_bytes);
   file.write(header_text.data(), header_text.size());
   for (const auto& [name, tensor] : tensors) {

@@ -16,17 +16,20 @@
 #include "distribution/runtime.h"
 #include "distribution/shared_outcome.h"
 #include "engine/errors.h"
-#include "engine/ops.h"
 #include "engine/random.h"
-#include "io/safetensors.h"
 #include "layers/checkpoint_files.h"
 #include "layers/model.h"
+#include "layers/weight_files.h"
 
 namespace keras {
 namespace {
 
 constexpr const char* kFormat = "keras-cpp-backup";
 constexpr const char* kFormatVersion = "1";
+// A backup's tensors are checked as load_weights checks a weight file's, in its own words.
+constexpr weight_files::Wording kBackupWording = {
+    .caller = "BackupAndRestore", .tensor_noun = "",
+    .missing_hint = "; was it saved from another model?", .wrong_dtype_is_damage = true};
 
 // Doubles as C99 hexadecimal floats: exact both ways.
 std::string exact(double value) {
@@ -172,7 +175,7 @@ struct Backup {
 // for one of another model or another run. Changes nothing.
 Backup read_backup(Model& model, const std::string& path) {
   std::map<std::string, std::string> raw_metadata;
-  auto loaded = io::load_safetensors(path, &raw_metadata);
+  weight_files::CheckedFile file(path, model.name(), kBackupWording, &raw_metadata);
   BackupMetadata metadata(path, raw_metadata);
   if (metadata.text("format") != kFormat || metadata.text("backup_version") != kFormatVersion) {
     throw FileFormatError(str("BackupAndRestore: '", path, "' is not a keras-cpp backup of version ",
@@ -180,46 +183,30 @@ Backup read_backup(Model& model, const std::string& path) {
                               metadata.text("backup_version"), "')"));
   }
   Backup backup;
-  backup.tensors = std::map<std::string, Tensor>(loaded.begin(), loaded.end());
+  backup.tensors = file.tensors();
   optimizers::Optimizer& optimizer = model.optimizer();
   if (metadata.text("optimizer") != optimizer.name()) {
     throw ValueError(str("BackupAndRestore: '", path, "' was saved with optimizer ",
                          metadata.text("optimizer"), ", but model '", model.name(),
                          "' is compiled with ", optimizer.name()));
   }
-  auto find = [&](const std::string& key, const Shape& shape) {
-    auto found = backup.tensors.find(key);
-    if (found == backup.tensors.end()) {
-      throw ValueError(str("BackupAndRestore: '", path, "' has no '", key, "', which model '",
-                           model.name(), "' needs; was it saved from another model?"));
-    }
-    if (found->second.shape() != shape) {
-      throw ShapeError(str("BackupAndRestore: '", key, "' in '", path, "' has shape ",
-                           shape_to_string(found->second.shape()), " but the model expects ",
-                           shape_to_string(shape)));
-    }
-    if (!is_floating(found->second.dtype())) {
-      throw FileFormatError(str("BackupAndRestore: '", key, "' in '", path, "' is ",
-                                dtype_name(found->second.dtype()), "; expected a float dtype"));
-    }
-  };
   std::vector<Variable*> variables = model.variables();
   std::size_t expected_tensors = variables.size();
   for (Variable* variable : variables) {
-    find("weights/" + variable->path(), variable->global_shape());
+    file.tensor("weights/" + variable->path(), variable->global_shape());
     std::int64_t slots = metadata.integer("slots/" + variable->path());
     if (slots < 0 || slots > 8) {
       throw FileFormatError(str("BackupAndRestore: '", path, "' gives '", variable->path(), "' ",
                                 slots, " optimizer slots; expected 0 to 8"));
     }
     for (std::int64_t i = 0; i < slots; ++i) {
-      find(str("optimizer/", variable->path(), "/", i), variable->global_shape());
+      file.tensor(str("optimizer/", variable->path(), "/", i), variable->global_shape());
     }
     backup.slot_counts[variable] = slots;
     expected_tensors += static_cast<std::size_t>(slots);
   }
-  if (backup.tensors.size() != expected_tensors) {
-    throw ValueError(str("BackupAndRestore: '", path, "' holds ", backup.tensors.size(),
+  if (file.size() != expected_tensors) {
+    throw ValueError(str("BackupAndRestore: '", path, "' holds ", file.size(),
                          " tensors but model '", model.name(), "' has ", expected_tensors,
                          " (weights and optimizer slots); was it saved from another model?"));
   }
@@ -283,14 +270,12 @@ void apply_backup(Model& model, Backup& backup) {
   optimizers::Optimizer& optimizer = model.optimizer();
   NoGradGuard no_grad;
   for (auto& [variable, count] : backup.slot_counts) {
-    Tensor block = checkpoint::local_block(backup.tensors["weights/" + variable->path()],
-                                           variable->value);
-    variable->value.assign(ops::cast(block, variable->value.dtype()));
+    variable->value.assign(
+        checkpoint::local_block(backup.tensors.at("weights/" + variable->path()), variable->value));
     std::vector<Tensor> slots;
     for (std::int64_t i = 0; i < count; ++i) {
-      Tensor slot = checkpoint::local_block(
-          backup.tensors[str("optimizer/", variable->path(), "/", i)], variable->value);
-      slots.push_back(ops::cast(slot, variable->value.dtype()));
+      slots.push_back(checkpoint::local_block(
+          backup.tensors.at(str("optimizer/", variable->path(), "/", i)), variable->value));
     }
     optimizer.set_slots(variable->value, slots);  // none: as before its first update
   }

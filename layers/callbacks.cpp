@@ -8,6 +8,7 @@
 #include "engine/errors.h"
 #include "distribution/runtime.h"
 #include "layers/model.h"
+#include "layers/weight_files.h"
 
 namespace keras {
 
@@ -91,9 +92,7 @@ ModelCheckpoint::ModelCheckpoint(std::string filepath)
 
 ModelCheckpoint::ModelCheckpoint(std::string filepath, Options options)
     : filepath_(std::move(filepath)), options_(std::move(options)) {
-  const std::string suffix = ".safetensors";
-  if (filepath_.size() < suffix.size() ||
-      filepath_.compare(filepath_.size() - suffix.size(), suffix.size(), suffix) != 0) {
+  if (!weight_files::has_weights_suffix(filepath_)) {
     throw ValueError(str("ModelCheckpoint: filepath must end in '.safetensors', got '",
                          filepath_, "'"));
   }

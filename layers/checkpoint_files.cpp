@@ -24,9 +24,9 @@ Tensor full_tensor(const Tensor& local, const Tensor& variable) {
 
 Tensor local_block(const Tensor& full, const Tensor& variable) {
   std::optional<distribution::Sharding> sharding = distribution::sharding_of(variable);
-  if (!sharding) return full;
+  if (!sharding) return ops::cast(full, variable.dtype());
   auto [starts, sizes] = sharding->block(distribution::process_coordinates(*sharding->mesh()));
-  return ops::slice(full, starts, sizes);
+  return ops::cast(ops::slice(full, starts, sizes), variable.dtype());
 }
 
 void write_file(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,

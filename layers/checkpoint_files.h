@@ -17,7 +17,8 @@ namespace keras::checkpoint {
 // optimizer slot of its shape): gathered from every process when `variable` is sharded (all
 // must call), `local` itself otherwise.
 Tensor full_tensor(const Tensor& local, const Tensor& variable);
-// This process's block of `full` in `variable`'s layout (`full` when it is not sharded).
+// This process's block of `full` in `variable`'s layout (`full` when it is not sharded), in
+// `variable`'s dtype.
 Tensor local_block(const Tensor& full, const Tensor& variable);
 
 // Writes a safetensors file. Alone (`collective` false): this process writes. Collective (every

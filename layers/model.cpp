@@ -1,175 +1,17 @@
-// The trainer: compile, fit, evaluate, predict, train_on_batch, weights on disk.
+// The Model API: compile, the entry points of training (handed to layers/trainer.h) and of
+// weight files (layers/weight_files.h), summaries, the optimizer and its state.
 #include "layers/model.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <exception>
-#include <optional>
-#include <random>
-#include <sstream>
 
-#include "engine/errors.h"
-#include "engine/ops.h"
-#include "io/safetensors.h"
 #include "distribution/gradient_reducer.h"
-#include "distribution/redistribute.h"
 #include "distribution/runtime.h"
-#include "distribution/sharded_tensor.h"
-#include "layers/checkpoint_files.h"
-#include "layers/data_parallel_context.h"
-#include "layers/global_batch.h"
+#include "engine/errors.h"
 #include "layers/model_summary.h"
-#include "layers/progress_bar.h"
+#include "layers/trainer.h"
+#include "layers/weight_files.h"
 
 namespace keras {
-namespace {
-
-Tensor rows(const Tensor& data, const std::vector<std::int64_t>& order, std::int64_t begin,
-            std::int64_t end) {
-  if (begin == end) {  // a process's empty share of a small last batch
-    Shape sizes = data.shape();
-    sizes[0] = 0;
-    return ops::slice(data, Shape(data.rank(), 0), sizes);
-  }
-  bool contiguous = true;
-  for (std::int64_t i = begin; contiguous && i < end; ++i) contiguous = order[i] == order[begin] + (i - begin);
-  if (contiguous) {
-    Shape starts(data.rank(), 0);
-    starts[0] = order[begin];
-    Shape sizes = data.shape();
-    sizes[0] = end - begin;
-    return ops::slice(data, starts, sizes);
-  }
-  std::vector<std::int64_t> picked(order.begin() + begin, order.begin() + end);
-  return ops::take(data, Tensor::from_vector(picked, {end - begin}).to(data.device()), 0);
-}
-
-// The rows order[begin, end) of `data`, on the default device, where the model's variables are
-// (engine/device.h): what a training or evaluation step computes on.
-Tensor batch_rows(const Tensor& data, const std::vector<std::int64_t>& order, std::int64_t begin,
-                  std::int64_t end) {
-  NoGradGuard no_grad;
-  return rows(data, order, begin, end).to(default_device());
-}
-
-// Fisher-Yates on a 64-bit Mersenne Twister: the same permutation on every platform (unlike
-// std::shuffle, whose algorithm the standard leaves open) — data-parallel ranks rely on that.
-std::vector<std::int64_t> permutation(std::int64_t count, bool shuffle, std::mt19937_64& engine) {
-  std::vector<std::int64_t> order(static_cast<std::size_t>(count));
-  for (std::int64_t i = 0; i < count; ++i) order[i] = i;
-  if (shuffle) {
-    for (std::int64_t i = count - 1; i > 0; --i) {
-      auto j = static_cast<std::int64_t>(engine() % static_cast<std::uint64_t>(i + 1));
-      std::swap(order[i], order[j]);
-    }
-  }
-  return order;
-}
-
-// Keras' logs for the samples seen so far by all processes: each process's (sum, count) of the
-// loss and of every metric are added across the data-parallel group, then divided.
-// `totals_out`, when given, receives the global (sum, count) pairs themselves.
-// Reading the totals is where a GPU's deferred errors surface (an index out of range, see
-// engine/index_check.h), on the process whose data had it: the processes agree on whether one
-// failed before they sum, so the others stop with it instead of waiting in a collective.
-std::vector<double> global_totals(const DataParallelContext& context,
-                                  const metrics::RunningTotal& loss,
-                                  const std::vector<metrics::MetricPtr>& metrics) {
-  std::vector<double> totals;
-  std::exception_ptr failure;
-  try {
-    totals = {loss.sum(), loss.count()};
-    for (const auto& metric : metrics) {
-      totals.push_back(metric->sum());
-      totals.push_back(metric->count());
-    }
-  } catch (...) {
-    failure = std::current_exception();
-    totals.assign(2 + 2 * metrics.size(), 0.0);
-  }
-  if (context.any_process(failure != nullptr)) {
-    if (failure) std::rethrow_exception(failure);
-    throw Error(str("reading the loss and metrics failed on another process (its message says ",
-                    "why); process ", distribution::process_id(), " stops with it"));
-  }
-  context.sum(totals);
-  return totals;
-}
-
-Logs global_logs(const DataParallelContext& context, const metrics::RunningTotal& loss,
-                 const std::vector<metrics::MetricPtr>& metrics,
-                 std::vector<double>* totals_out = nullptr) {
-  std::vector<double> totals = global_totals(context, loss, metrics);
-  if (totals_out != nullptr) *totals_out = totals;
-  Logs logs;
-  logs["loss"] = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
-  for (std::size_t m = 0; m < metrics.size(); ++m) {
-    double count = totals[3 + 2 * m];
-    logs[metrics[m]->name()] = count > 0 ? totals[2 + 2 * m] / count : 0.0;
-  }
-  return logs;
-}
-
-// What on_train_batch_end gets at a batch whose logs were not read (Callback::needs_batch_logs).
-const Logs kNoLogs;
-
-// Under ModelParallel the model's output may be sharded (logits split by class, say): the loss,
-// the metrics and predict() see it whole, in the data layout. The gather of (batch, classes)
-// logits is small next to the step; a vocabulary-parallel cross-entropy pays only for outputs
-// far wider than a classifier's.
-Tensor to_data_layout(const Tensor& outputs) {
-  auto context = distribution::ShardingContext::current();
-  return context ? context->to_data_layout(outputs) : outputs;
-}
-
-std::string engine_state(const std::mt19937_64& engine) {
-  std::ostringstream text;
-  text << engine;
-  return text.str();
-}
-
-void set_engine_state(std::mt19937_64& engine, const std::string& state) {
-  std::istringstream text(state);
-  std::mt19937_64 restored;
-  text >> restored;
-  if (text.fail()) {
-    throw ValueError("fit: the resumed position's shuffle_state is not a state of the shuffling "
-                     "generator (std::mt19937_64)");
-  }
-  engine = restored;
-}
-
-}  // namespace
-
-void check_resumable(const TrainingPosition& saved, const TrainingPosition& run,
-                     std::size_t metric_count) {
-  if (saved.samples != run.samples || saved.batch_size != run.batch_size) {
-    throw ValueError(str("fit: the backup was made by a fit() of ", saved.samples,
-                         " samples in batches of ", saved.batch_size, "; this one has ",
-                         run.samples, " samples in batches of ", run.batch_size,
-                         ", so it cannot resume it"));
-  }
-  if (saved.epoch < 0 || saved.epoch > run.epochs) {
-    throw ValueError(str("fit: cannot resume at epoch ", saved.epoch, "; this run has ",
-                         run.epochs, " epochs"));
-  }
-  if (saved.step < 0 || saved.step > run.steps) {
-    throw ValueError(str("fit: cannot resume after batch ", saved.step, " of an epoch of ",
-                         run.steps, " batches"));
-  }
-  if (saved.step > 0 && saved.totals.size() != 2 + 2 * metric_count) {
-    throw ValueError(str("fit: the resumed position holds ", saved.totals.size(),
-                         " totals; a model compiled with ", metric_count, " metric(s) needs ",
-                         2 + 2 * metric_count));
-  }
-  if (!std::isfinite(saved.epoch_learning_rate) || saved.epoch_learning_rate < 0) {
-    throw ValueError(str("fit: the resumed position's learning rate ", saved.epoch_learning_rate,
-                         " is not a finite number >= 0"));
-  }
-  std::mt19937_64 probe;
-  set_engine_state(probe, saved.shuffle_state);
-}
 
 Model::Model(const std::string& name, const std::string& default_prefix)
     : Layer(default_prefix, name) {}
@@ -201,70 +43,21 @@ void Model::check_compiled(const char* what) const {
   }
 }
 
-void Model::check_data(const Tensor& x, const Tensor& y, const char* what) const {
-  if (!x.defined() || !y.defined()) throw ValueError(str(what, ": x and y must both be given"));
-  if (x.rank() == 0 || y.rank() == 0) {
-    throw ShapeError(str(what, ": x and y need a leading sample axis, got shapes ",
-                         shape_to_string(x.shape()), " and ", shape_to_string(y.shape())));
-  }
-  if (x.dim(0) != y.dim(0)) {
-    throw ShapeError(str(what, ": x has ", x.dim(0), " samples but y has ", y.dim(0),
-                         "; they must have the same number of samples"));
-  }
+History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) {
+  return Trainer(*this).fit(x, y, options);
 }
 
-Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, double loss_scale,
-                                     const DataParallelContext& context,
-                                     const GlobalBatchRows* rows) {
-  const bool distributed = context.distributed();
-  distribution::CollectiveLog::Scope collectives;
-  for (Tensor& variable : trainable_weights()) variable.zero_grad();
-  StepResult result;
-  Tensor loss;
-  {
-    std::optional<GlobalBatchScope> scope;
-    if (rows != nullptr) scope.emplace(*rows);
-    // Runs even on zero rows (a process may get none of a dataset's last, small batch): every
-    // process then makes the same calls, so per-call state (Dropout's key) stays in step.
-    Tensor predictions = to_data_layout((*this)(x, /*training=*/true));
-    loss = (*loss_)(y, predictions);
-    result = {x.dim(0) > 0 ? loss.detach() : Tensor(), predictions.detach()};
-  }
-  // Taken after the forward pass: the first call builds the model, and the variables it
-  // creates must be trained by this step too (they were not, before: the first step's
-  // gradients were dropped).
-  std::vector<Tensor> variables = trainable_weights();
-  if (distributed) {
-    std::vector<Tensor> reduced = context.variables_to_reduce(variables);
-    if (!gradient_reducer_ || !gradient_reducer_->serves(context.group(), reduced)) {
-      // The state the old reducer kept by blocks is made whole before another takes over
-      // (every process replaces it at the same step).
-      gather_optimizer_state();
-      const bool layers_communicate = context.layers_communicate(variables);
-      gradient_reducer_ = std::make_shared<distribution::GradientReducer>(
-          context.group(), reduced, distribution::BucketOptions{},
-          /*overlap=*/!layers_communicate, /*shard_updates=*/!layers_communicate);
-    }
-    Tensor scaled = loss * loss_scale;
-    // Buckets start their all-reduce while the rest of the backward pass runs.
-    keras::backward({scaled}, {Tensor::ones({}, scaled.dtype(), scaled.device())},
-                    [this](const Tensor& leaf) { gradient_reducer_->gradient_ready(leaf); });
-    gradient_reducer_->finish();
-  } else {
-    if (gradient_reducer_) {  // training goes on without distribution: the state made whole first
-      gather_optimizer_state();
-      gradient_reducer_.reset();
-    }
-    loss.backward();
-  }
-  std::vector<Tensor> gradients;
-  gradients.reserve(variables.size());
-  for (const Tensor& variable : variables) gradients.push_back(variable.grad());
-  optimizer_->apply(variables, gradients);
-  if (distributed) gradient_reducer_->update_owned_blocks(*optimizer_);
-  for (Tensor& variable : variables) variable.zero_grad();
-  last_step_collectives_ = collectives.totals();
-  return result;
+std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y,
+                                              const EvaluateOptions& options) {
+  return Trainer(*this).evaluate(x, y, options);
+}
+
+Tensor Model::predict(const Tensor& x, std::int64_t batch_size) {
+  return Trainer(*this).predict(x, batch_size);
+}
+
+double Model::train_on_batch(const Tensor& x, const Tensor& y) {
+  return Trainer(*this).train_on_batch(x, y);
 }
 
 void Model::gather_optimizer_state() {
@@ -275,266 +68,7 @@ double Model::last_gradient_sync_seconds() const {
   return gradient_reducer_ ? gradient_reducer_->last_communication_seconds() : 0.0;
 }
 
-double Model::train_on_batch(const Tensor& x, const Tensor& y) {
-  check_compiled("train_on_batch");
-  check_data(x, y, "train_on_batch");
-  DataParallelContext context = DataParallelContext::current("train_on_batch");
-  std::int64_t rows_total = x.dim(0);
-  context.check_same({rows_total}, "train_on_batch");
-  auto [begin, end] = context.local_rows(0, rows_total);
-  std::vector<std::int64_t> order(static_cast<std::size_t>(rows_total));
-  for (std::int64_t i = 0; i < rows_total; ++i) order[i] = i;
-  Tensor x_local = batch_rows(x, order, begin, end), y_local = batch_rows(y, order, begin, end);
-  double scale = rows_total > 0 ? double(end - begin) / double(rows_total) : 1.0;
-  GlobalBatchRows rows{rows_total, begin, end - begin};
-  StepResult result = train_step(x_local, y_local, scale, context,
-                                 context.distributed() ? &rows : nullptr);
-  // Keras returns the loss as a number: this read waits for the device, once per call, and
-  // may raise its deferred errors (shared as in global_logs).
-  metrics::RunningTotal loss;
-  if (end > begin) loss.add(result.loss, double(end - begin), double(end - begin));
-  std::vector<double> totals = global_totals(context, loss, {});
-  return totals[1] > 0 ? totals[0] / totals[1] : 0.0;
-}
-
-History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) {
-  check_compiled("fit");
-  check_data(x, y, "fit");
-  if (options.batch_size <= 0) {
-    throw ValueError(str("fit: batch_size must be a positive integer, got ", options.batch_size));
-  }
-  if (options.epochs < 0) throw ValueError(str("fit: epochs must be >= 0, got ", options.epochs));
-  if (options.validation_data.defined()) {
-    check_data(options.validation_data.x, options.validation_data.y, "fit validation_data");
-  }
-  DataParallelContext context = DataParallelContext::current("fit");
-  std::int64_t samples = x.dim(0);
-  context.check_same({samples, options.batch_size, options.epochs, options.shuffle ? 1 : 0,
-                      options.validation_data.defined() ? options.validation_data.x.dim(0) : -1},
-                     "fit");
-  if (options.batch_size % context.shards() != 0) {
-    throw ValueError(str("fit: batch_size is the global batch and must be divisible by the ",
-                         context.shards(), " data-parallel processes; got batch_size=",
-                         options.batch_size));
-  }
-  std::int64_t batch_size = std::min(options.batch_size, std::max<std::int64_t>(samples, 1));
-  std::int64_t steps = (samples + batch_size - 1) / batch_size;
-  // Resolved on every process (a bad KERAS_PROGRESS fails them all alike), used on the first.
-  const int resolved_verbose = options.verbose.resolve();
-  int verbose = context.prints() ? resolved_verbose : 0;
-  const bool bar_each_batch = ProgressBar::redraws_in_place(verbose);  // on this process
-  std::mt19937_64 shuffle_engine(next_random_seed());
-  History history;
-  stop_training = false;
-  resume_from_.reset();
-  auto position_at = [&](int epoch, std::int64_t step) {
-    TrainingPosition position;
-    position.epoch = epoch;
-    position.step = step;
-    position.shuffle_state = engine_state(shuffle_engine);
-    position.epoch_learning_rate = optimizer_->learning_rate();
-    position.samples = samples;
-    position.batch_size = batch_size;
-    position.steps = steps;
-    position.epochs = options.epochs;
-    return position;
-  };
-  position_ = position_at(0, 0);
-  for (const CallbackPtr& callback : options.callbacks) callback->on_train_begin(*this);
-  int first_epoch = 0;
-  std::int64_t first_step = 0;
-  std::vector<double> resumed_totals;
-  if (resume_from_) {
-    TrainingPosition resumed = std::move(*resume_from_);
-    resume_from_.reset();
-    check_resumable(resumed, position_, metric_names_.size());
-    set_engine_state(shuffle_engine, resumed.shuffle_state);
-    first_epoch = resumed.epoch;
-    first_step = resumed.step;
-    resumed_totals = std::move(resumed.totals);
-    // In the middle of an epoch, its on_epoch_begin callbacks run again below: from the rate
-    // they started from the first time.
-    if (first_step > 0) optimizer_->set_learning_rate(resumed.epoch_learning_rate);
-  }
-  for (int epoch = first_epoch; epoch < options.epochs && !stop_training; ++epoch) {
-    const std::int64_t start_step = epoch == first_epoch ? first_step : 0;
-    position_ = position_at(epoch, start_step);
-    for (const CallbackPtr& callback : options.callbacks) callback->on_epoch_begin(*this, epoch);
-    if (verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
-    std::vector<std::int64_t> order = permutation(samples, options.shuffle, shuffle_engine);
-    std::vector<metrics::MetricPtr> epoch_metrics;
-    for (const std::string& name : metric_names_) {
-      epoch_metrics.push_back(metrics::get(name, loss_->sparse_labels()));
-    }
-    metrics::RunningTotal epoch_loss;
-    // A run resumed mid-epoch starts from the saved global totals of the batches done; the
-    // first process of the data-parallel group holds them (logs sum over that group).
-    if (start_step > 0 && context.shard_id() == 0) {
-      epoch_loss.add(resumed_totals[0], resumed_totals[1]);
-      for (std::size_t m = 0; m < epoch_metrics.size(); ++m) {
-        epoch_metrics[m]->add(resumed_totals[2 + 2 * m], resumed_totals[3 + 2 * m]);
-      }
-    }
-    ProgressBar bar(steps, verbose);
-    Logs logs;
-    // The logs are read (a wait for the device and, under data parallelism, a sum over the
-    // processes) only after the batches that need them: where a callback asks, every batch
-    // while a bar is drawn, and after the epoch's last batch. `logs_through` is how many of the
-    // epoch's batches the logs cover.
-    std::int64_t logs_through = 0;
-    if (start_step > 0) {
-      logs = global_logs(context, epoch_loss, epoch_metrics);
-      logs_through = start_step;
-    }
-    std::int64_t steps_done = start_step;
-    for (std::int64_t step = start_step; step < steps; ++step) {
-      std::int64_t global_begin = step * batch_size;
-      std::int64_t global_end = std::min(samples, global_begin + batch_size);
-      auto [begin, end] = context.local_rows(global_begin, global_end);
-      Tensor x_batch = batch_rows(x, order, begin, end);
-      Tensor y_batch = batch_rows(y, order, begin, end);
-      double scale = double(end - begin) / double(global_end - global_begin);
-      GlobalBatchRows rows{global_end - global_begin, begin - global_begin, end - begin};
-      StepResult result = train_step(x_batch, y_batch, scale, context,
-                                     context.distributed() ? &rows : nullptr);
-      auto count = static_cast<double>(end - begin);
-      if (count > 0) {
-        epoch_loss.add(result.loss, count, count);
-        for (const auto& metric : epoch_metrics) metric->update(y_batch, result.predictions);
-      }
-      steps_done = step + 1;
-      bool read_logs = bar_each_batch;
-      for (const CallbackPtr& callback : options.callbacks) {
-        read_logs = read_logs || callback->needs_batch_logs(step);
-      }
-      // Bounds what the running totals hold on the device between reads.
-      read_logs = read_logs || epoch_loss.pending_terms() >= metrics::RunningTotal::kReadAfterTerms;
-      read_logs = context.any_process(read_logs);
-      if (read_logs) {
-        // Logs are means over the global batch: sum (value, count) pairs across processes.
-        logs = global_logs(context, epoch_loss, epoch_metrics, &position_.totals);
-        logs_through = steps_done;
-      } else {
-        // Not this batch's: a position saved now could not be resumed (check_resumable says so).
-        position_.totals.clear();
-      }
-      position_.step = step + 1;
-      const Logs& batch_logs = read_logs ? logs : kNoLogs;
-      for (const CallbackPtr& callback : options.callbacks) {
-        callback->on_train_batch_end(*this, step, batch_logs);
-      }
-      if (!plan_checked_) {
-        plan_checked_ = true;
-        if (context.prints()) {
-          for (const std::string& warning : plan_warnings(*this)) {
-            std::fprintf(stderr, "warning: %s\n", warning.c_str());
-          }
-        }
-      }
-      // As Keras: a callback that sets stop_training ends the epoch after this batch.
-      if (stop_training) break;
-      if (read_logs && verbose == 1 && step + 1 < steps) bar.update(step + 1, logs, false);
-    }
-    if (logs_through != steps_done) {
-      logs = global_logs(context, epoch_loss, epoch_metrics, &position_.totals);
-      logs_through = steps_done;
-    }
-    if (options.validation_data.defined()) {
-      std::int64_t validation_batch =
-          options.validation_batch_size > 0 ? options.validation_batch_size : batch_size;
-      auto validation = run_evaluation(options.validation_data.x, options.validation_data.y,
-                                       validation_batch, 0);
-      for (const auto& [name, value] : validation) logs["val_" + name] = value;
-    }
-    position_ = position_at(epoch + 1, 0);
-    for (const CallbackPtr& callback : options.callbacks) {
-      callback->on_epoch_end(*this, epoch, logs);
-    }
-    // After the callbacks, as Keras' History and progress bar come last: they see what the
-    // callbacks added to the logs ("learning_rate").
-    if (verbose > 0) bar.update(steps, logs, true);
-    history.epoch.push_back(epoch);
-    for (const auto& [name, value] : logs) history.history[name].push_back(value);
-  }
-  // Each process's optimizer state is current only in its blocks during training
-  // (distribution/gradient_reducer.h); after fit() it is whole, as a user reading it expects.
-  gather_optimizer_state();
-  for (const CallbackPtr& callback : options.callbacks) callback->on_train_end(*this);
-  return history;
-}
-
 void Model::resume_training_from(TrainingPosition position) { resume_from_ = std::move(position); }
-
-std::map<std::string, double> Model::run_evaluation(const Tensor& x, const Tensor& y,
-                                                    std::int64_t batch_size, int verbose) {
-  if (batch_size <= 0) {
-    throw ValueError(str("evaluate: batch_size must be a positive integer, got ", batch_size));
-  }
-  NoGradGuard no_grad;
-  DataParallelContext context = DataParallelContext::current("evaluate");
-  std::int64_t samples = x.dim(0);
-  context.check_same({samples, batch_size}, "evaluate");
-  if (!context.prints()) verbose = 0;
-  std::int64_t steps = (samples + batch_size - 1) / batch_size;
-  std::vector<metrics::MetricPtr> batch_metrics;
-  for (const std::string& name : metric_names_) {
-    batch_metrics.push_back(metrics::get(name, loss_->sparse_labels()));
-  }
-  std::mt19937_64 unused_engine(0);
-  std::vector<std::int64_t> order = permutation(samples, /*shuffle=*/false, unused_engine);
-  metrics::RunningTotal loss_total;
-  const bool bar_each_batch = ProgressBar::redraws_in_place(verbose);  // on this process
-  ProgressBar bar(steps, verbose);
-  std::map<std::string, double> results;
-  // As in fit(): the results are read after each batch only while a bar is drawn.
-  for (std::int64_t step = 0; step < steps; ++step) {
-    std::int64_t global_begin = step * batch_size;
-    auto [begin, end] = context.local_rows(global_begin, std::min(samples, global_begin + batch_size));
-    auto count = static_cast<double>(end - begin);
-    if (count > 0) {
-      Tensor x_batch = batch_rows(x, order, begin, end);
-      Tensor y_batch = batch_rows(y, order, begin, end);
-      Tensor predictions = to_data_layout((*this)(x_batch, /*training=*/false));
-      loss_total.add((*loss_)(y_batch, predictions), count, count);
-      for (const auto& metric : batch_metrics) metric->update(y_batch, predictions);
-    }
-    bool read = context.any_process(
-        bar_each_batch || loss_total.pending_terms() >= metrics::RunningTotal::kReadAfterTerms);
-    if (read || step + 1 == steps) results = global_logs(context, loss_total, batch_metrics);
-    if (verbose == 1 && (read || step + 1 == steps)) bar.update(step + 1, results, step + 1 == steps);
-  }
-  if (verbose == 2) bar.update(steps, results, true);
-  return results;
-}
-
-std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y,
-                                              const EvaluateOptions& options) {
-  check_compiled("evaluate");
-  check_data(x, y, "evaluate");
-  return run_evaluation(x, y, options.batch_size, options.verbose.resolve());
-}
-
-Tensor Model::predict(const Tensor& x, std::int64_t batch_size) {
-  if (!x.defined() || x.rank() == 0) throw ValueError("predict: x needs a leading sample axis");
-  if (batch_size <= 0) {
-    throw ValueError(str("predict: batch_size must be a positive integer, got ", batch_size));
-  }
-  NoGradGuard no_grad;
-  std::vector<Tensor> outputs;
-  std::int64_t samples = x.dim(0);
-  for (std::int64_t begin = 0; begin < samples; begin += batch_size) {
-    std::int64_t end = std::min(samples, begin + batch_size);
-    Shape starts(x.rank(), 0);
-    starts[0] = begin;
-    Shape sizes = x.shape();
-    sizes[0] = end - begin;
-    outputs.push_back(
-        to_data_layout((*this)(ops::slice(x, starts, sizes).to(default_device()), false)));
-  }
-  if (outputs.empty()) throw ValueError("predict: x has no samples");
-  // On the host, as Keras' predict returns NumPy arrays.
-  return (outputs.size() == 1 ? outputs[0] : ops::concatenate(outputs, 0)).to(Device::cpu());
-}
 
 std::string Model::summary_text() { return keras::summary_text(*this, last_step_collectives_); }
 
@@ -543,77 +77,16 @@ void Model::summary() {
   if (distribution::process_id() == 0) std::fputs(text.c_str(), stdout);
 }
 
-namespace {
-void check_weights_path(const std::string& path, const char* what) {
-  const std::string suffix = ".safetensors";
-  if (path.size() < suffix.size() ||
-      path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) {
-    throw ValueError(str(what, ": the file name must end in '.safetensors', got '", path, "'"));
-  }
-}
-}  // namespace
-
 void Model::save_weights(const std::string& path) {
-  check_weights_path(path, "save_weights");
+  weight_files::check_file_name(path, "save_weights");
   check_built("save_weights");
-  // Full tensors, whatever the distribution. A replicated model is written by whichever
-  // process calls this (each write is a private temporary renamed over the target, so several
-  // processes writing the same bytes is safe, and one alone — the usual `if chief` — is too).
-  // A sharded model is gathered, which every process must take part in; then process 0 writes
-  // and the others learn whether it succeeded, so no process goes on to load a file that is
-  // not there.
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  bool gathered = false;
-  {
-    NoGradGuard no_grad;
-    for (Variable* variable : variables()) {
-      gathered = gathered || distribution::sharding_of(variable->value).has_value();
-      tensors.emplace_back(variable->path(), checkpoint::full_tensor(variable->value, variable->value));
-    }
-  }
-  checkpoint::write_file(path, tensors, {{"format", "keras-cpp"}, {"model", name()}}, gathered,
-                         "save_weights");
+  weight_files::save(*this, path);
 }
 
 void Model::load_weights(const std::string& path) {
-  check_weights_path(path, "load_weights");
+  weight_files::check_file_name(path, "load_weights");
   check_built("load_weights");
-  auto loaded = io::load_safetensors(path);
-  std::map<std::string, Tensor> by_name(loaded.begin(), loaded.end());
-  std::vector<Variable*> model_variables = variables();
-  // Check everything before changing anything, so a bad file leaves the model as it was.
-  for (Variable* variable : model_variables) {
-    auto found = by_name.find(variable->path());
-    if (found == by_name.end()) {
-      throw ValueError(str("load_weights: '", path, "' has no weight '", variable->path(),
-                           "', which model '", name(), "' needs"));
-    }
-    if (found->second.shape() != variable->global_shape()) {
-      throw ShapeError(str("load_weights: weight '", variable->path(), "' in '", path,
-                           "' has shape ", shape_to_string(found->second.shape()),
-                           " but the model expects ", shape_to_string(variable->global_shape())));
-    }
-    if (!is_floating(found->second.dtype())) {
-      throw DTypeError(str("load_weights: weight '", variable->path(), "' in '", path, "' is ",
-                           dtype_name(found->second.dtype()), "; expected a float dtype"));
-    }
-  }
-  if (by_name.size() != model_variables.size()) {
-    for (const auto& [key, value] : by_name) {
-      bool used = false;
-      for (Variable* variable : model_variables) used = used || variable->path() == key;
-      if (!used) {
-        throw ValueError(str("load_weights: '", path, "' has weight '", key, "', which model '",
-                             name(), "' does not have"));
-      }
-    }
-  }
-  NoGradGuard no_grad;
-  for (Variable* variable : model_variables) {
-    // A sharded variable keeps its own block of the full tensor in the file.
-    Tensor block = checkpoint::local_block(by_name[variable->path()], variable->value);
-    variable->value.assign(ops::cast(block, variable->value.dtype()));
-  }
+  weight_files::load(*this, path);
 }
 
 }  // namespace keras

@@ -18,14 +18,13 @@
 #include "layers/global_batch.h"
 #include "layers/metrics.h"
 #include "layers/progress_output.h"
+#include "layers/training_position.h"
 
 namespace keras::distribution {
 class GradientReducer;
 }
 
 namespace keras {
-
-class DataParallelContext;
 
 // A loss given by Keras name or as an object.
 class LossSpec {
@@ -63,31 +62,6 @@ struct EvaluateOptions {
   std::int64_t batch_size = 32;
   Verbose verbose = "auto";
 };
-
-// Where fit() is, for callbacks that save a run to resume it (BackupAndRestore).
-struct TrainingPosition {
-  int epoch = 0;          // the epoch being run, 0-based
-  std::int64_t step = 0;  // its batches done; all of them when only its end is still to run
-  std::string shuffle_state;  // the shuffling generator before this epoch's permutation
-  // The global totals of those batches (loss sum, samples, then sum and count per compiled
-  // metric), so the epoch's logs come out as an uninterrupted run's.
-  std::vector<double> totals;
-  // The learning rate before this epoch's on_epoch_begin callbacks ran: a resumed epoch starts
-  // from it, so a schedule applied at epoch begin is not applied twice.
-  double epoch_learning_rate = 0.0;
-  // The fit() call it belongs to: a backup of another dataset or batch size is refused.
-  std::int64_t samples = 0;
-  std::int64_t batch_size = 0;
-  std::int64_t steps = 0;  // batches per epoch
-  int epochs = 0;
-};
-
-// Throws ValueError unless `saved` (a position saved by an earlier run) can be resumed by the
-// fit() call at `run` with `metric_count` compiled metrics: same samples and batch size, an
-// epoch within the run's epochs (more epochs than before is fine), totals for its metrics, and
-// a shuffle state that reads back.
-void check_resumable(const TrainingPosition& saved, const TrainingPosition& run,
-                     std::size_t metric_count);
 
 struct History {
   std::vector<int> epoch;
@@ -151,20 +125,9 @@ class Model : public Layer {
   optimizers::Optimizer& optimizer();
 
  private:
+  // The loops of fit, evaluate, predict and train_on_batch (layers/trainer.h) run on this state.
+  friend class Trainer;
   void check_compiled(const char* what) const;
-  void check_data(const Tensor& x, const Tensor& y, const char* what) const;
-  struct StepResult {
-    Tensor loss;  // mean over this process's rows, a scalar left on the device (undefined for none)
-    Tensor predictions;
-  };
-  // One optimisation step on this process's rows of a global batch; `loss_scale` is
-  // local_rows / global_rows under data parallelism (1 otherwise), see
-  // layers/data_parallel_context.h.
-  // `rows` places this process's rows in the global batch (null without data parallelism).
-  StepResult train_step(const Tensor& x, const Tensor& y, double loss_scale,
-                        const DataParallelContext& context, const GlobalBatchRows* rows);
-  std::map<std::string, double> run_evaluation(const Tensor& x, const Tensor& y,
-                                               std::int64_t batch_size, int verbose);
 
   std::shared_ptr<optimizers::Optimizer> optimizer_;
   losses::LossPtr loss_;
