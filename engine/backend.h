@@ -10,13 +10,10 @@
 #include "engine/kernel_list.h"
 #include "engine/random.h"
 #include "engine/tensor.h"
+#include "engine/unary_ops.h"
 
 namespace keras {
 
-enum class UnaryOp {
-  negative, abs, sign, exp, log, sqrt, rsqrt, square, reciprocal, tanh, sigmoid, relu, gelu,
-  logical_not
-};
 enum class BinaryOp {
   add, subtract, multiply, divide, maximum, minimum, power,
   equal, not_equal, less, less_equal, greater, greater_equal, logical_and, logical_or
@@ -72,7 +69,6 @@ class ScopedCpuBackendOverride {
   Backend* previous_;
 };
 
-const char* unary_op_name(UnaryOp op);
 const char* binary_op_name(BinaryOp op);
 
 }  // namespace keras

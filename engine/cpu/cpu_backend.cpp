@@ -36,26 +36,6 @@ Backend& backend_for(Device device) {
   return gpu_provider().backend();
 }
 
-const char* unary_op_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::negative: return "negative";
-    case UnaryOp::abs: return "abs";
-    case UnaryOp::sign: return "sign";
-    case UnaryOp::exp: return "exp";
-    case UnaryOp::log: return "log";
-    case UnaryOp::sqrt: return "sqrt";
-    case UnaryOp::rsqrt: return "rsqrt";
-    case UnaryOp::square: return "square";
-    case UnaryOp::reciprocal: return "reciprocal";
-    case UnaryOp::tanh: return "tanh";
-    case UnaryOp::sigmoid: return "sigmoid";
-    case UnaryOp::relu: return "relu";
-    case UnaryOp::gelu: return "gelu";
-    case UnaryOp::logical_not: return "logical_not";
-  }
-  return "unknown";
-}
-
 const char* binary_op_name(BinaryOp op) {
   switch (op) {
     case BinaryOp::add: return "add";

@@ -109,26 +109,15 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out) {
     T* result = pointer<T>(out);
     auto run = [&](auto fn) { map_contiguous(in, result, count, fn); };
     switch (op) {
-      case UnaryOp::negative: run([](T v) { return scalar::negative(v); }); break;
-      case UnaryOp::abs: run([](T v) { return scalar::absolute(v); }); break;
-      case UnaryOp::sign: run([](T v) { return scalar::sign(v); }); break;
-      case UnaryOp::square: run([](T v) { return scalar::multiply(v, v); }); break;
-      case UnaryOp::relu: run([](T v) { return scalar::relu(v); }); break;
-      default:
-        if constexpr (std::is_floating_point_v<T>) {
-          switch (op) {
-            case UnaryOp::exp: run([](T v) { return std::exp(v); }); break;
-            case UnaryOp::log: run([](T v) { return std::log(v); }); break;
-            case UnaryOp::sqrt: run([](T v) { return std::sqrt(v); }); break;
-            case UnaryOp::rsqrt: run([](T v) { return T{1} / std::sqrt(v); }); break;
-            case UnaryOp::reciprocal: run([](T v) { return T{1} / v; }); break;
-            case UnaryOp::tanh: run([](T v) { return std::tanh(v); }); break;
-            case UnaryOp::sigmoid: run([](T v) { return scalar::sigmoid(v); }); break;
-            case UnaryOp::gelu: run([](T v) { return scalar::gelu(v); }); break;
-            default: break;
-          }
-        }
-        break;
+#define KERAS_UNARY_CASE(name, floating_only, value)                  \
+  case UnaryOp::name:                                                 \
+    if constexpr (!(floating_only) || std::is_floating_point_v<T>) {  \
+      run([](T v) { return value; });                                 \
+    }                                                                 \
+    break;
+      KERAS_UNARY_OPS(KERAS_UNARY_CASE)
+#undef KERAS_UNARY_CASE
+      case UnaryOp::logical_not: break;  // bool, above
     }
   });
 }
@@ -151,10 +140,10 @@ void unary_gradient(UnaryOp op, const Tensor& x, const Tensor& output_gradient,
       });
     };
     switch (op) {
-      case UnaryOp::relu: run([](T v) { return scalar::relu_derivative(v); }); break;
-      case UnaryOp::tanh: run([](T v) { return scalar::tanh_derivative(v); }); break;
-      case UnaryOp::sigmoid: run([](T v) { return scalar::sigmoid_derivative(v); }); break;
-      case UnaryOp::gelu: run([](T v) { return scalar::gelu_derivative(v); }); break;
+#define KERAS_UNARY_GRADIENT_CASE(name, derivative) \
+  case UnaryOp::name: run([](T v) { return derivative; }); break;
+      KERAS_FUSED_UNARY_GRADIENTS(KERAS_UNARY_GRADIENT_CASE)
+#undef KERAS_UNARY_GRADIENT_CASE
       default:
         throw Error(str("internal error: no fused gradient for ", unary_op_name(op)));
     }

@@ -9,6 +9,7 @@
 
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/strided_loops.h"
+#include "engine/line_rules.h"
 #include "engine/scalar_rules.h"
 
 namespace keras::cpu {
@@ -111,15 +112,8 @@ void arg_reduce(bool largest, const Tensor& x, int axis, Tensor& out) {
                  [&](std::int64_t begin, std::int64_t end) {
                    for (std::int64_t flat = begin; flat < end; ++flat) {
                      std::int64_t o = flat / inner, i = flat % inner;
-                     const T* base = in + o * reduced * inner + i;
-                     // NumPy: the first NaN wins, as NaN is the maximum and the minimum.
-                     std::int64_t best = 0;
-                     for (std::int64_t r = 1; r < reduced && !scalar::is_nan(base[best * inner]); ++r) {
-                       T value = base[r * inner];
-                       T current = base[best * inner];
-                       if (scalar::is_nan(value) || (largest ? value > current : value < current)) best = r;
-                     }
-                     result[flat] = best;
+                     result[flat] = line::arg_reduce(in + o * reduced * inner + i, reduced, inner,
+                                                     largest);
                    }
                  });
   });

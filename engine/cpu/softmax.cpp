@@ -1,12 +1,11 @@
-// CPU softmax and log_softmax over one axis, viewed as [outer, axis, inner], with the max
-// subtracted for stability; and their gradients from the saved output y:
-//   softmax:     dx = y * (dy - sum(dy * y))
-//   log_softmax: dx = dy - exp(y) * sum(dy)
+// CPU softmax and log_softmax over one axis, viewed as [outer, axis, inner], and their
+// gradients: the lines in parallel, each by engine/line_rules.h (shared with the GPU).
 #include <algorithm>
 #include <cmath>
 
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/strided_loops.h"
+#include "engine/line_rules.h"
 
 namespace keras::cpu {
 namespace {
@@ -47,22 +46,7 @@ void softmax(const Tensor& x, int axis, bool log, Tensor& out) {
     T* result = static_cast<T*>(out.raw_data());
     std::int64_t stride = view.inner;
     for_each_line(view, [&](std::int64_t base) {
-      T largest = in[base];
-      for (std::int64_t k = 1; k < view.length; ++k) largest = std::max(largest, in[base + k * stride]);
-      double total = 0;
-      for (std::int64_t k = 0; k < view.length; ++k) {
-        T shifted = in[base + k * stride] - largest;
-        T e = std::exp(shifted);
-        total += e;
-        result[base + k * stride] = log ? shifted : e;
-      }
-      if (log) {
-        T log_total = static_cast<T>(std::log(total));
-        for (std::int64_t k = 0; k < view.length; ++k) result[base + k * stride] -= log_total;
-      } else {
-        T scale = static_cast<T>(1.0 / total);
-        for (std::int64_t k = 0; k < view.length; ++k) result[base + k * stride] *= scale;
-      }
+      line::softmax(in + base, result + base, view.length, stride, log);
     });
   });
 }
@@ -78,16 +62,7 @@ void softmax_gradient(const Tensor& y, const Tensor& output_gradient, int axis, 
     T* dx = static_cast<T*>(input_gradient.raw_data());
     std::int64_t stride = view.inner;
     for_each_line(view, [&](std::int64_t base) {
-      double total = 0;
-      for (std::int64_t k = 0; k < view.length; ++k) {
-        std::int64_t at = base + k * stride;
-        total += log ? dy[at] : dy[at] * out[at];
-      }
-      T t = static_cast<T>(total);
-      for (std::int64_t k = 0; k < view.length; ++k) {
-        std::int64_t at = base + k * stride;
-        dx[at] = log ? dy[at] - std::exp(out[at]) * t : out[at] * (dy[at] - t);
-      }
+      line::softmax_gradient(out + base, dy + base, dx + base, view.length, stride, log);
     });
   });
 }

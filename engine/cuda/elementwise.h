@@ -29,25 +29,15 @@ struct CastBody {
 template <typename T>
 KERAS_HOST_DEVICE T unary_value(UnaryOp op, T v) {
   switch (op) {
-    case UnaryOp::negative: return scalar::negative(v);
-    case UnaryOp::abs: return scalar::absolute(v);
-    case UnaryOp::sign: return scalar::sign(v);
-    case UnaryOp::square: return scalar::multiply(v, v);
-    case UnaryOp::relu: return scalar::relu(v);
-    default: break;
-  }
-  if constexpr (std::is_floating_point_v<T>) {
-    switch (op) {
-      case UnaryOp::exp: return std::exp(v);
-      case UnaryOp::log: return std::log(v);
-      case UnaryOp::sqrt: return std::sqrt(v);
-      case UnaryOp::rsqrt: return T{1} / std::sqrt(v);
-      case UnaryOp::reciprocal: return T{1} / v;
-      case UnaryOp::tanh: return std::tanh(v);
-      case UnaryOp::sigmoid: return scalar::sigmoid(v);
-      case UnaryOp::gelu: return scalar::gelu(v);
-      default: break;
-    }
+#define KERAS_UNARY_CASE(name, floating_only, value)                  \
+  case UnaryOp::name:                                                 \
+    if constexpr (!(floating_only) || std::is_floating_point_v<T>) {  \
+      return value;                                                   \
+    }                                                                 \
+    break;
+    KERAS_UNARY_OPS(KERAS_UNARY_CASE)
+#undef KERAS_UNARY_CASE
+    case UnaryOp::logical_not: break;
   }
   return v;  // unreachable: ops check the dtype before calling the kernel
 }
@@ -76,10 +66,10 @@ struct UnaryGradientBody {
     T v = x[i];
     T derivative = v;
     switch (op) {
-      case UnaryOp::relu: derivative = scalar::relu_derivative(v); break;
-      case UnaryOp::tanh: derivative = scalar::tanh_derivative(v); break;
-      case UnaryOp::sigmoid: derivative = scalar::sigmoid_derivative(v); break;
-      case UnaryOp::gelu: derivative = scalar::gelu_derivative(v); break;
+#define KERAS_UNARY_GRADIENT_CASE(name, rule) \
+  case UnaryOp::name: derivative = rule; break;
+      KERAS_FUSED_UNARY_GRADIENTS(KERAS_UNARY_GRADIENT_CASE)
+#undef KERAS_UNARY_GRADIENT_CASE
       default: break;
     }
     input_gradient[i] = output_gradient[i] * derivative;
@@ -217,7 +207,7 @@ void unary(Launcher& launcher, UnaryOp op, const Tensor& x, Tensor& out) {
 template <class Launcher>
 void unary_gradient(Launcher& launcher, UnaryOp op, const Tensor& x, const Tensor& output_gradient,
                     Tensor& input_gradient) {
-  if (op != UnaryOp::relu && op != UnaryOp::tanh && op != UnaryOp::sigmoid && op != UnaryOp::gelu) {
+  if (!unary_op_has_fused_gradient(op)) {
     throw Error(str("internal error: no fused gradient for ", unary_op_name(op)));
   }
   dispatch_floating(x.dtype(), unary_op_name(op), [&](auto zero) {

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "engine/cuda/kernels.h"
+#include "engine/line_rules.h"
 #include "engine/scalar_rules.h"
 
 namespace keras::gpu_kernels {
@@ -120,15 +121,7 @@ struct ArgReduceBody {
   std::int64_t reduced, inner;
   KERAS_HOST_DEVICE void operator()(std::int64_t flat) const {
     std::int64_t o = flat / inner, i = flat % inner;
-    const T* base = in + o * reduced * inner + i;
-    // NumPy: the first NaN wins, as NaN is the maximum and the minimum.
-    std::int64_t best = 0;
-    for (std::int64_t r = 1; r < reduced && !scalar::is_nan(base[best * inner]); ++r) {
-      T value = base[r * inner];
-      T current = base[best * inner];
-      if (scalar::is_nan(value) || (largest ? value > current : value < current)) best = r;
-    }
-    out[flat] = best;
+    out[flat] = line::arg_reduce(in + o * reduced * inner + i, reduced, inner, largest);
   }
 };
 

@@ -1,6 +1,5 @@
-// GPU softmax and log_softmax over one axis, viewed as [outer, axis, inner], one thread per
-// line (the max subtracted for stability, the sum in double), and their gradients from the
-// saved output y:  softmax: dx = y * (dy - sum(dy * y));  log_softmax: dx = dy - exp(y) * sum(dy).
+// GPU softmax and log_softmax over one axis, viewed as [outer, axis, inner], and their
+// gradients: one thread per line, each by engine/line_rules.h (shared with the CPU).
 // One thread per line suits the classifier heads this engine trains (10-1000 classes); a
 // block-per-line kernel for long axes is left until a GPU is at hand to measure it.
 #pragma once
@@ -8,6 +7,7 @@
 
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/layout.h"
+#include "engine/line_rules.h"
 
 namespace keras::gpu_kernels {
 
@@ -20,25 +20,7 @@ struct SoftmaxBody {
   KERAS_HOST_DEVICE void operator()(std::int64_t line) const {
     std::int64_t o = line / inner, i = line % inner;
     std::int64_t base = o * length * inner + i;
-    T largest = in[base];
-    for (std::int64_t k = 1; k < length; ++k) {
-      T value = in[base + k * inner];
-      largest = value > largest ? value : largest;  // std::max's rule, as the CPU kernel
-    }
-    double total = 0;
-    for (std::int64_t k = 0; k < length; ++k) {
-      T shifted = in[base + k * inner] - largest;
-      T e = std::exp(shifted);
-      total += e;
-      out[base + k * inner] = log ? shifted : e;
-    }
-    if (log) {
-      T log_total = static_cast<T>(std::log(total));
-      for (std::int64_t k = 0; k < length; ++k) out[base + k * inner] -= log_total;
-    } else {
-      T scale = static_cast<T>(1.0 / total);
-      for (std::int64_t k = 0; k < length; ++k) out[base + k * inner] *= scale;
-    }
+    line::softmax(in + base, out + base, length, inner, log);
   }
 };
 
@@ -52,16 +34,7 @@ struct SoftmaxGradientBody {
   KERAS_HOST_DEVICE void operator()(std::int64_t line) const {
     std::int64_t o = line / inner, i = line % inner;
     std::int64_t base = o * length * inner + i;
-    double total = 0;
-    for (std::int64_t k = 0; k < length; ++k) {
-      std::int64_t at = base + k * inner;
-      total += log ? dy[at] : dy[at] * y[at];
-    }
-    T t = static_cast<T>(total);
-    for (std::int64_t k = 0; k < length; ++k) {
-      std::int64_t at = base + k * inner;
-      dx[at] = log ? dy[at] - std::exp(y[at]) * t : y[at] * (dy[at] - t);
-    }
+    line::softmax_gradient(y + base, dy + base, dx + base, length, inner, log);
   }
 };
 

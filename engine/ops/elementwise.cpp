@@ -48,10 +48,7 @@ Tensor unary_forward(UnaryOp op, const Tensor& x) {
   } else if (x.dtype() == bool_) {
     throw DTypeError(str(unary_op_name(op), " is not defined on bool tensors"));
   }
-  bool needs_floating = op != UnaryOp::negative && op != UnaryOp::abs && op != UnaryOp::sign &&
-                        op != UnaryOp::square && op != UnaryOp::relu &&
-                        op != UnaryOp::logical_not;
-  if (needs_floating) detail::check_floating(x, unary_op_name(op));
+  if (unary_op_is_floating_only(op)) detail::check_floating(x, unary_op_name(op));
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   backend_for(x.device()).unary(op, x, out);
   inherit_annotation(out, x);
