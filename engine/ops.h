@@ -30,6 +30,7 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // exact erf form, as keras.ops.gelu(approximate=False)
+Tensor silu(const Tensor& x);  // x * sigmoid(x), as keras.ops.silu
 Tensor logical_not(const Tensor& x);
 
 // Element-wise, two inputs, NumPy broadcasting; both inputs must have the same dtype.

@@ -26,13 +26,15 @@
   X(reciprocal, true, T{1} / v)                             \
   X(tanh, true, std::tanh(v))                               \
   X(sigmoid, true, scalar::sigmoid(v))                      \
-  X(gelu, true, scalar::gelu(v))
+  X(gelu, true, scalar::gelu(v))                            \
+  X(silu, true, v * scalar::sigmoid(v))
 
 #define KERAS_FUSED_UNARY_GRADIENTS(X)         \
   X(relu, scalar::relu_derivative(v))          \
   X(tanh, scalar::tanh_derivative(v))          \
   X(sigmoid, scalar::sigmoid_derivative(v))    \
-  X(gelu, scalar::gelu_derivative(v))
+  X(gelu, scalar::gelu_derivative(v))          \
+  X(silu, scalar::sigmoid(v) * (T{1} + v * (T{1} - scalar::sigmoid(v))))
 
 namespace keras {
 

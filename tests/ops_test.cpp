@@ -190,6 +190,7 @@ std::vector<OpCase> all_cases() {
       }(),
       unary_case("gelu", ops::gelu,
                  [](double v) { return 0.5 * v * (1 + std::erf(v / std::numbers::sqrt2)); }),
+      unary_case("silu", ops::silu, [](double v) { return v / (1 + std::exp(-v)); }),
       binary_case("add", ops::add, [](double a, double b) { return a + b; }, {2, 3}, {3}),
       binary_case("subtract", ops::subtract, [](double a, double b) { return a - b; },
                   {2, 1, 3}, {4, 1}),
