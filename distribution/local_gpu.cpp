@@ -1,6 +1,11 @@
 // Local ranks from exchanged host names, and the rule that maps them to GPUs.
 #include "distribution/local_gpu.h"
 
+#include "engine/gpu_runtime.h"
+#if defined(KERAS_HAS_NCCL)
+#include "distribution/nccl/nccl_communicator.h"
+#endif
+
 #include <unistd.h>
 
 #include <array>
@@ -37,6 +42,39 @@ int choose_local_gpu(const HostPlace& place, int gpus_on_host) {
                          " per node)"));
   }
   return place.local_rank;
+}
+
+GpuChoice choose_job_gpu(const std::shared_ptr<Communicator>& world) {
+  GpuChoice choice;
+  if (gpu::device_count() == 0) {
+    choice.no_gpu_reason = str("this machine has no GPU (", gpu::description(), ")");
+    return choice;
+  }
+  HostPlace place = place_on_host(*world);
+  int chosen = -1;
+  try {
+    chosen = choose_local_gpu(place, gpu::device_count());
+  } catch (const ValueError& error) {
+    choice.no_gpu_reason = error.what();
+  }
+  // Every process learns whether any host lacks GPUs.
+  std::int64_t failed = chosen < 0 ? 1 : 0;
+  world->all_reduce(&failed, 1, DType::int64, ReduceOperation::max);
+  if (failed != 0) {
+    if (chosen >= 0) {
+      choice.no_gpu_reason = "another host of this job runs more processes than it has GPUs (its "
+                      "processes say how many); each process uses one GPU";
+    }
+    return choice;
+  }
+  choice.gpu = chosen;
+#if defined(KERAS_HAS_NCCL)
+  if (world->size() > 1) {
+    choice.gpu_world = std::make_shared<NcclCommunicator>(world, chosen, "world");
+    world->set_device_twin(choice.gpu_world);
+  }
+#endif
+  return choice;
 }
 
 }  // namespace keras::distribution

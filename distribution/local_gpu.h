@@ -3,6 +3,8 @@
 // here from the host names all processes exchange, so processes started by hand get the same
 // rule). Chosen once, in initialize().
 #pragma once
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "distribution/communicator.h"
@@ -21,5 +23,18 @@ HostPlace place_on_host(Communicator& world);
 // The local rank, when the host has a GPU for it; otherwise a ValueError saying how many
 // processes and GPUs the host has and what to do.
 int choose_local_gpu(const HostPlace& place, int gpus_on_host);
+
+
+struct GpuChoice {
+  std::optional<int> gpu;            // this process's GPU, when it takes one
+  std::string no_gpu_reason;         // why not, when it does not
+  std::shared_ptr<Communicator> gpu_world;  // the NCCL world, with several processes and NCCL
+};
+
+// Collective over `world`: each process takes the GPU of its local rank, and with several
+// processes and NCCL the GPUs form the NCCL world (also world's device twin). Where some host
+// has fewer GPUs than processes, no process takes one (the NCCL world is all or nothing) and
+// the job runs on CPUs; no_gpu_reason says why.
+GpuChoice choose_job_gpu(const std::shared_ptr<Communicator>& world);
 
 }  // namespace keras::distribution

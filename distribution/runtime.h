@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "distribution/communicator.h"
+#include "distribution/device_listing.h"
 
 namespace keras::distribution {
 
@@ -32,11 +33,6 @@ bool is_initialized();
 // ValueError quotes what is at fault.
 std::vector<std::string> parse_job_addresses(const std::string& addresses,
                                              std::optional<int> num_processes);
-
-// Global devices, one per process: "cpu:0", "cpu:1", … or "gpu:…". Default type: gpu where a
-// GPU is present, else cpu. Unknown types are a ValueError.
-std::vector<std::string> list_devices(std::optional<std::string> device_type = std::nullopt);
-int get_device_count(std::optional<std::string> device_type = std::nullopt);
 
 int num_processes();
 int process_id();
