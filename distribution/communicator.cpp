@@ -1,10 +1,12 @@
 // Tensor conveniences shared by all communicators, and the size-1 local group.
 #include "distribution/communicator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "distribution/collective_failure.h"
+#include "distribution/collective_signature.h"
 #include "engine/environment.h"
 
 namespace keras::distribution {
@@ -37,6 +39,47 @@ void Communicator::refuse_if_poisoned(const char* what, const std::string& conse
   std::string quoted = failure_.size() <= 400 ? failure_ : failure_.substr(0, 397) + "...";
   throw CollectiveError(str(what, " over ", name(), " refused: this communicator failed earlier and ",
                             "cannot be used again (", quoted, ")", consequence));
+}
+
+void Communicator::check_signature(std::int64_t code, DType dtype, std::int64_t count,
+                                   const char* what) {
+  refuse_if_poisoned(what, poisoned_consequence());
+  if (size() == 1 || !signature_checks_) return;
+  std::optional<std::vector<std::int64_t>> every =
+      exchange_signatures({code, static_cast<std::int64_t>(dtype), count}, what);
+  if (!every) return;
+  const Signature mine = {code, static_cast<std::int64_t>(dtype), count};
+  for (int r = 0; r < size(); ++r) {
+    if (!std::equal(mine.begin(), mine.end(), every->begin() + 3 * r)) {
+      poison(disagreement_message(what, *every));
+    }
+  }
+}
+
+void Communicator::leave() {
+  if (size() == 1) return;
+  std::chrono::milliseconds collective_timeout = timeout_;
+  timeout_ = kMaximumTimeout;
+  try {
+    check_signature(collective_code(CollectiveKind::leaving), DType::int64, 0, "finalize");
+  } catch (...) {
+    timeout_ = collective_timeout;
+    throw;
+  }
+  timeout_ = collective_timeout;
+}
+
+std::string Communicator::disagreement_message(const char* what,
+                                               const std::vector<std::int64_t>& every) const {
+  return str(what, " over ", name(), ": the ranks disagree on the collective: ",
+             describe_signatures(every, size()),
+             ". Every rank must issue the same collectives in the same order.");
+}
+
+std::string Communicator::deadline_message(const char* what, const std::string& why) const {
+  return str(what, " over ", name(), " (", size(), " processes) did not complete within ",
+             static_cast<double>(timeout_.count()) / 1000.0, " s on rank ", rank(), ": ", why,
+             ". Set KERAS_COLLECTIVE_TIMEOUT_SECONDS to wait longer.");
 }
 
 void Communicator::set_timeout(std::chrono::milliseconds timeout) {

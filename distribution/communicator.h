@@ -2,11 +2,16 @@
 // between processes. Backends: a size-1 local group (every collective is a no-op or a copy, so
 // single-process code has no special branches), MPI for CPU processes (distribution/mpi/), Gloo for processes
 // started by hand (distribution/gloo/), NCCL between GPUs (distribution/nccl/). Every rank must issue the same
-// collectives in the same order. A collective that does not complete within the group's
-// timeout throws CollectiveError naming the operation and the group, instead of hanging.
+// collectives in the same order. The base owns what every transport needs around its data
+// movement: the signature check before each collective, the deadline and its message, poisoning
+// after a failure and leave(); a transport implements the collectives and exchange_signatures.
+// A collective that does not complete within the group's timeout throws CollectiveError naming
+// the operation and the group, instead of hanging.
 #pragma once
+#include <array>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,11 +86,17 @@ class Communicator {
   // Whether a collective of this group failed. A failed group is poisoned: peers may still be
   // inside the failed collective, so every later call is refused at once.
   bool poisoned() const { return !failure_.empty(); }
-  // The last exchange of a process that is leaving (finalize()): every rank must be leaving
-  // too, so a rank still issuing collectives learns at once that this one has gone, instead of
-  // waiting out its timeout; returns normally only when all ranks leave. A group that cannot
-  // tell (the local one; NCCL, whose host twin does it) leaves without a word.
-  virtual void leave() {}
+  // The last exchange of a process that is leaving (finalize()): a "leaving" signature, which
+  // every rank must issue too, so a rank still issuing collectives learns at once that this one
+  // has gone (a disagreement) instead of waiting out its timeout; returns normally only when
+  // all ranks leave. The wait is as long as peers may still compute (kMaximumTimeout); a peer
+  // that died makes the transport fail at once. NCCL's groups leave through their host twin.
+  virtual void leave();
+
+  // Whether each collective first compares every rank's signature (on by default; off only to
+  // measure what the check costs, as all_reduce_perf does). Splits inherit it.
+  void set_signature_checks(bool enabled) { signature_checks_ = enabled; }
+  bool signature_checks() const { return signature_checks_; }
 
   std::chrono::milliseconds timeout() const { return timeout_; }
   // Between 1 ms and kMaximumTimeout; anything else is a ValueError.
@@ -95,6 +106,27 @@ class Communicator {
   static constexpr std::chrono::milliseconds kMaximumTimeout{1'000'000'000};
 
  protected:
+  // Every rank's signature of one collective (collective_signature.h): code, dtype, count.
+  using Signature = std::array<std::int64_t, 3>;
+  // The first step of every collective, before any data moves: refused on a poisoned group;
+  // then, unless the group has one rank or checks are off, every rank's signature is compared
+  // through the transport's exchange_signatures(), and ranks that disagree poison the group
+  // with one message saying what each rank issued.
+  void check_signature(std::int64_t code, DType dtype, std::int64_t count, const char* what);
+  // The transport's part of check_signature: every rank's signature (3 entries a rank, in
+  // rank order) where they may differ, or nullopt where the transport has learnt that they
+  // agree. It throws itself where the exchange fails (a deadline, a closed connection).
+  virtual std::optional<std::vector<std::int64_t>> exchange_signatures(const Signature& mine,
+                                                                       const char* what) = 0;
+  // What a poisoned group's refusals add after quoting the failure: what it means for this
+  // transport (MPI: the process will end the whole job when it exits).
+  virtual std::string poisoned_consequence() const { return ""; }
+  // "all_reduce over world: the ranks disagree on the collective: ranks 0-2 issued …".
+  std::string disagreement_message(const char* what, const std::vector<std::int64_t>& every) const;
+  // "all_reduce over world (4 processes) did not complete within 3 s on rank 0: <why>. Set
+  // KERAS_COLLECTIVE_TIMEOUT_SECONDS to wait longer." Every transport's deadline says this.
+  std::string deadline_message(const char* what, const std::string& why) const;
+
   // Poisons the group with `message`, tells the runtime (collective_failure.h) and throws it as
   // a CollectiveError.
   [[noreturn]] void poison(const std::string& message);
@@ -110,6 +142,7 @@ class Communicator {
  private:
   std::weak_ptr<Communicator> device_twin_;
   std::string failure_;  // empty while usable
+  bool signature_checks_ = true;
 };
 
 // The group of one process.
@@ -132,6 +165,10 @@ class LocalCommunicator : public Communicator {
   using Communicator::reduce_scatter;
 
  private:
+  // One rank: there is nobody to disagree with (check_signature does not even ask).
+  std::optional<std::vector<std::int64_t>> exchange_signatures(const Signature&, const char*) override {
+    return std::nullopt;
+  }
   std::string name_;
 };
 

@@ -128,23 +128,17 @@ void GlooCommunicator::guarded(const char* what, Body&& body) {
   }
 }
 
-void GlooCommunicator::check_signature(std::int64_t operation_code, DType dtype, std::int64_t count,
-                                       const char* what) {
-  if (size_ == 1) return;
-  std::int64_t mine[3] = {operation_code, static_cast<std::int64_t>(dtype), count};
+std::optional<std::vector<std::int64_t>> GlooCommunicator::exchange_signatures(const Signature& mine,
+                                                                               const char* what) {
   std::vector<std::int64_t> every(3 * static_cast<std::size_t>(size_));
   guarded(what, [&] {
     gloo::AllgatherOptions options(context_);
-    options.setInput(mine, 3);
+    options.setInput(const_cast<std::int64_t*>(mine.data()), 3);
     options.setOutput(every.data(), every.size());
     options.setTag(next_tag());
     gloo::allgather(options);
   });
-  for (int r = 0; r < size_; ++r) {
-    if (std::equal(mine, mine + 3, every.begin() + 3 * r)) continue;
-    fail(str(what, " over ", name_, ": the ranks disagree on the collective: ", describe_signatures(every, size_),
-             ". Every rank must issue the same collectives in the same order."));
-  }
+  return every;
 }
 
 void GlooCommunicator::all_reduce(void* data, std::int64_t count, DType dtype, ReduceOperation operation) {
@@ -242,20 +236,6 @@ void GlooCommunicator::barrier() {
   check_signature(collective_code(CollectiveKind::barrier), DType::int64, 0, "barrier");
 }
 
-void GlooCommunicator::leave() {
-  // As long a wait as the peers may still compute; a peer that died closes its connections,
-  // which ends the wait at once.
-  std::chrono::milliseconds previous = timeout_;
-  timeout_ = kMaximumTimeout;
-  try {
-    check_signature(collective_code(CollectiveKind::leaving), DType::int64, 0, "finalize");
-  } catch (...) {
-    timeout_ = previous;
-    throw;
-  }
-  timeout_ = previous;
-}
-
 std::shared_ptr<Communicator> GlooCommunicator::split(int color, int key, const std::string& name) {
   std::int64_t mine[3] = {color, key, rank_};
   std::vector<std::int64_t> every(3 * static_cast<std::size_t>(size_));
@@ -282,6 +262,7 @@ std::shared_ptr<Communicator> GlooCommunicator::split(int color, int key, const 
   auto group = std::make_shared<GlooCommunicator>(store_, str(prefix_, "/split", number, "/color", color), host_,
                                                   new_rank, size, name);
   group->set_timeout(timeout_);
+  group->set_signature_checks(signature_checks());
   return group;
 }
 

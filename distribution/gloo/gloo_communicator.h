@@ -49,12 +49,13 @@ class GlooCommunicator : public Communicator {
 
   // The Gloo context underneath, for benchmarks that compare against raw Gloo on it.
   const std::shared_ptr<gloo::Context>& gloo_context() const { return context_; }
-  void leave() override;  // Communicator::leave
 
  private:
   template <typename Body>
   void guarded(const char* what, Body&& body);
-  void check_signature(std::int64_t operation_code, DType dtype, std::int64_t count, const char* what);
+  // An all-gather of every rank's signature.
+  std::optional<std::vector<std::int64_t>> exchange_signatures(const Signature& mine,
+                                                               const char* what) override;
   [[noreturn]] void fail(const std::string& message);
   std::uint32_t next_tag() { return tag_++; }
 

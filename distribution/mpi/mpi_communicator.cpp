@@ -113,9 +113,9 @@ void MpiCommunicator::fail(const std::string& message, bool exchange_abandoned) 
   poison(message);
 }
 
-void MpiCommunicator::check_usable(const char* what) const {
-  refuse_if_poisoned(what, ". Other processes may still be inside the failed collective, so when "
-                           "this process exits it ends the whole job instead of finalizing normally");
+std::string MpiCommunicator::poisoned_consequence() const {
+  return ". Other processes may still be inside the failed collective, so when this process "
+         "exits it ends the whole job instead of finalizing normally";
 }
 
 void MpiCommunicator::check(int status, const char* what) {
@@ -139,46 +139,40 @@ void MpiCommunicator::wait(MPI_Request& request, const char* what) {
     if (done) break;
     if (spins > 1000) std::this_thread::yield();
     if (std::chrono::steady_clock::now() > deadline) {
-      fail(str(what, " over ", name_, " (", size_, " processes) did not complete within ",
-               static_cast<double>(timeout_.count()) / 1000.0, " s on rank ", rank_,
-               ": another rank has not joined it (it failed, stopped, or issued collectives in a ",
-               "different order). Set KERAS_COLLECTIVE_TIMEOUT_SECONDS to wait longer."),
+      fail(deadline_message(what, "another rank has not joined it (it failed, stopped, or issued "
+                                  "collectives in a different order)"),
            /*exchange_abandoned=*/true);
     }
   }
 }
 
-std::string MpiCommunicator::describe_every_rank(std::int64_t code, DType dtype,
-                                                 std::int64_t count, const char* what) {
+std::vector<std::int64_t> MpiCommunicator::gather_every_signature(const Signature& mine,
+                                                                  const char* what) {
   // Every rank saw the same disagreement (the max/min reduction gives all of them the same
   // result), so every rank takes part in this second exchange.
   std::vector<std::int64_t>& all = buffers_->every_signature;
   all.assign(static_cast<std::size_t>(size_) * 3, 0);
-  all[static_cast<std::size_t>(rank_) * 3 + 0] = code;
-  all[static_cast<std::size_t>(rank_) * 3 + 1] = static_cast<std::int64_t>(dtype);
-  all[static_cast<std::size_t>(rank_) * 3 + 2] = count;
+  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(rank_) * 3);
   MPI_Request request;
   check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.data(), 3, MPI_INT64_T,
                        communicator_, &request),
         what);
   wait(request, what);
-  return describe_signatures(all, size_);
+  return all;
 }
 
-void MpiCommunicator::check_signature(std::int64_t code, DType dtype, std::int64_t count,
-                                      const char* what) {
-  check_usable(what);
-  if (!signatures_needed()) return;
+std::optional<std::vector<std::int64_t>> MpiCommunicator::exchange_signatures(const Signature& mine,
+                                                                              const char* what) {
   if (board_ || side_channel_ != MPI_COMM_NULL) {
-    post_signature(code, dtype, count, what);
+    // Raises itself on a disagreement: the exchange may be abandoned half way.
+    post_signature(mine[0], static_cast<DType>(mine[1]), mine[2], what);
     await_signatures(what);
-    return;
+    return std::nullopt;
   }
   std::int64_t* signature = buffers_->signature;
-  const std::int64_t mine[3] = {code, static_cast<std::int64_t>(dtype), count};
   for (int k = 0; k < 3; ++k) {
-    signature[k] = mine[k];
-    signature[3 + k] = -mine[k];
+    signature[k] = mine[static_cast<std::size_t>(k)];
+    signature[3 + k] = -mine[static_cast<std::size_t>(k)];
   }
   MPI_Request request;
   check(MPI_Iallreduce(MPI_IN_PLACE, signature, 6, MPI_INT64_T, MPI_MAX, communicator_, &request),
@@ -186,11 +180,8 @@ void MpiCommunicator::check_signature(std::int64_t code, DType dtype, std::int64
   wait(request, what);
   bool agree = signature[0] == -signature[3] && signature[1] == -signature[4] &&
                signature[2] == -signature[5];
-  if (agree) return;
-  std::string ranks = describe_every_rank(code, dtype, count, what);
-  fail(str(what, " over ", name_, ": the ranks disagree on the collective: ", ranks,
-           ". Every rank must issue the same collectives in the same order."),
-       /*exchange_abandoned=*/false);
+  if (agree) return std::nullopt;
+  return gather_every_signature(mine, what);
 }
 
 void MpiCommunicator::post_signature(std::int64_t code, DType dtype, std::int64_t count,
@@ -222,10 +213,7 @@ void MpiCommunicator::post_signature(std::int64_t code, DType dtype, std::int64_
 }
 
 void MpiCommunicator::fail_disagreement(const char* what, bool exchange_abandoned) {
-  fail(str(what, " over ", name_, ": the ranks disagree on the collective: ",
-           describe_signatures(buffers_->every_signature, size_),
-           ". Every rank must issue the same collectives in the same order."),
-       exchange_abandoned);
+  fail(disagreement_message(what, buffers_->every_signature), exchange_abandoned);
 }
 
 void MpiCommunicator::await_signatures(const char* what) {
@@ -292,12 +280,10 @@ void MpiCommunicator::await_signatures(const char* what) {
       for (int peer = 0; peer < size_; ++peer) {
         if (!arrived[static_cast<std::size_t>(peer)]) absent += str(absent.empty() ? "" : ", ", peer);
       }
-      fail(str(what, " over ", name_, " (", size_, " processes) did not complete within ",
-               static_cast<double>(timeout_.count()) / 1000.0, " s on rank ", rank_, ": ",
-               absent.empty() ? str("its signature messages to the other ranks were never received")
-                              : str("rank(s) ", absent, " have not joined it (failed, stopped, or issued ",
-                                    "collectives in a different order)"),
-               ". Set KERAS_COLLECTIVE_TIMEOUT_SECONDS to wait longer."),
+      fail(deadline_message(
+               what, absent.empty() ? str("its signature messages to the other ranks were never received")
+                                    : str("rank(s) ", absent, " have not joined it (failed, stopped, or issued ",
+                                          "collectives in a different order)")),
            /*exchange_abandoned=*/true);
     }
   }
@@ -409,21 +395,6 @@ void MpiCommunicator::barrier() {
   wait(request, what);
 }
 
-void MpiCommunicator::leave() {
-  // Ranks may reach the end far apart (one writes a checkpoint while the others are done), as
-  // MPI_Finalize allows; a peer still issuing collectives matches this exchange at once and
-  // disagrees, so only a peer that never arrives makes this wait, up to the longest deadline.
-  std::chrono::milliseconds collective_timeout = timeout_;
-  timeout_ = kMaximumTimeout;
-  try {
-    check_signature(collective_code(CollectiveKind::leaving), DType::int32, 0, "finalize");
-  } catch (...) {
-    timeout_ = collective_timeout;
-    throw;
-  }
-  timeout_ = collective_timeout;
-}
-
 std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
   const char* what = "split";
   check_signature(collective_code(CollectiveKind::split), DType::int32, 0, what);
@@ -436,7 +407,7 @@ std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key, const s
   }
   auto result = std::make_shared<MpiCommunicator>(child, name, /*owned=*/true);
   result->set_timeout(timeout_);
-  result->set_signature_checks(signature_checks_);
+  result->set_signature_checks(signature_checks());
   return result;
 }
 

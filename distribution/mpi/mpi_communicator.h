@@ -60,12 +60,9 @@ class MpiCommunicator : public Communicator {
   using Communicator::broadcast;
   using Communicator::reduce_scatter;
 
-  // A disagreement naming this process's departure reaches a rank still issuing collectives.
-  void leave() override;
-
-  // Signature checks cost one 24-byte message per peer per collective; on by default. Without
-  // them a missing rank blocks the others until the watchdog ends the process.
-  void set_signature_checks(bool enabled) { signature_checks_ = enabled; }
+  // (Signature checks, set_signature_checks, cost one 24-byte message per peer per
+  // collective; without them a missing rank blocks the others until the watchdog ends the
+  // process.)
   MPI_Comm handle() const { return communicator_; }
 
  private:
@@ -90,7 +87,11 @@ class MpiCommunicator : public Communicator {
 
   static constexpr int kSideChannelRanks = 16;
 
-  bool signatures_needed() const { return signature_checks_ && size_ > 1; }
+  // The side channel's exchange, or the max/min reduction of every signature (then, where
+  // they differ, an all-gather of them); see the file comment.
+  std::optional<std::vector<std::int64_t>> exchange_signatures(const Signature& mine,
+                                                               const char* what) override;
+  std::string poisoned_consequence() const override;
   // Sends this rank's signature to every peer and posts the receives of theirs.
   void post_signature(std::int64_t operation_code, DType dtype, std::int64_t count, const char* what);
   // Polls the posted signatures until every peer's has arrived: raises on a disagreement as
@@ -99,16 +100,13 @@ class MpiCommunicator : public Communicator {
   void await_signatures(const char* what);
   [[noreturn]] void fail_disagreement(const char* what, bool exchange_abandoned);
 
-  void check_usable(const char* what) const;
-  void check_signature(std::int64_t operation_code, DType dtype, std::int64_t count,
-                       const char* what);
   // Waits for `request` with this group's deadline; `what` names it in the error.
   void wait(MPI_Request& request, const char* what);
   void check(int status, const char* what);
   // Marks the communicator failed (and the process, for finalize) and throws `message`.
   [[noreturn]] void fail(const std::string& message, bool exchange_abandoned);
-  std::string describe_every_rank(std::int64_t operation_code, DType dtype, std::int64_t count,
-                                  const char* what);
+  // Every rank's signature (3 entries a rank), gathered.
+  std::vector<std::int64_t> gather_every_signature(const Signature& mine, const char* what);
 
   MPI_Comm communicator_;
   MPI_Comm side_channel_ = MPI_COMM_NULL;  // signature messages; null unless that channel
@@ -118,7 +116,6 @@ class MpiCommunicator : public Communicator {
   bool owned_;
   int size_ = 1;
   int rank_ = 0;
-  bool signature_checks_ = true;
   std::unique_ptr<ExchangeBuffers> buffers_ = std::make_unique<ExchangeBuffers>();
   bool exchange_abandoned_ = false;
 };

@@ -196,27 +196,20 @@ void NcclCommunicator::check_usable() const {
   }
 }
 
-void NcclCommunicator::check_signature(std::int64_t code, DType dtype, std::int64_t count) {
-  std::array<std::int64_t, 3> mine = {code, static_cast<std::int64_t>(dtype), count};
-  if (agreed_signatures_.count(mine) != 0) return;
+std::optional<std::vector<std::int64_t>> NcclCommunicator::exchange_signatures(const Signature& mine,
+                                                                               const char*) {
+  if (agreed_signatures_.count(mine) != 0) return std::nullopt;
   std::vector<std::int64_t> every(3 * static_cast<std::size_t>(size_));
   host_group_->all_gather(mine.data(), every.data(), 3, DType::int64);
-  for (int r = 0; r < size_; ++r) {
-    if (!std::equal(mine.begin(), mine.end(), every.begin() + 3 * r)) {
-      std::string message = str("the processes of group '", name_, "' issued different NCCL ",
-                                "collectives: ", describe_signatures(every, size_));
-      record_collective_failure(message);
-      throw CollectiveError(message);
-    }
-  }
-  agreed_signatures_.insert(mine);
+  return every;
 }
 
 template <typename Call>
 void NcclCommunicator::run(const char* operation, std::int64_t code, DType dtype,
                            std::int64_t count, bool compute_waits, Call&& call) {
   check_usable();
-  check_signature(code, dtype, count);
+  check_signature(code, dtype, count, operation);
+  agreed_signatures_.insert({code, static_cast<std::int64_t>(dtype), count});
   ncclDataType_t type = nccl_type(dtype, operation);
   std::string what = describe_collective(code, static_cast<std::int64_t>(dtype), count);
   std::lock_guard comm_lock(comm_mutex_);

@@ -61,6 +61,8 @@ class NcclCommunicator final : public Communicator {
   using Communicator::all_reduce;
   using Communicator::broadcast;
   using Communicator::reduce_scatter;
+  // The host twin's leave() tells the peers; NCCL has nothing of its own to say.
+  void leave() override {}
 
   struct State;  // NCCL and CUDA handles (nccl_communicator.cpp)
 
@@ -69,7 +71,10 @@ class NcclCommunicator final : public Communicator {
                    std::unique_ptr<State> state);
   void start_watchdog();
   void check_usable() const;
-  void check_signature(std::int64_t code, DType dtype, std::int64_t count);
+  // Through the host group, the first time each signature is seen: once the processes agreed
+  // on one, its later calls cost no host round trip (agreed_signatures_).
+  std::optional<std::vector<std::int64_t>> exchange_signatures(const Signature& mine,
+                                                               const char* what) override;
   template <typename Call>
   void run(const char* operation, std::int64_t code, DType dtype, std::int64_t count,
            bool compute_waits, Call&& call);

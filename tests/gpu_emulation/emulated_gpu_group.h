@@ -6,7 +6,9 @@
 // it cannot check is NCCL itself (streams, events, the watchdog): tests/nccl/ does, on GPUs.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "distribution/communicator.h"
 #include "tests/gpu_emulation/gpu_emulation.h"
@@ -52,11 +54,17 @@ class EmulatedGpuGroup final : public distribution::Communicator {
   using Communicator::all_reduce;
   using Communicator::broadcast;
   using Communicator::reduce_scatter;
+  // As NCCL's groups: the host group leaves for both.
+  void leave() override {}
 
   // Collectives run by every such group of this process so far.
   static inline std::int64_t served = 0;
 
  private:
+  // The host group checks every collective it runs for this one.
+  std::optional<std::vector<std::int64_t>> exchange_signatures(const Signature&, const char*) override {
+    return std::nullopt;
+  }
   std::shared_ptr<distribution::Communicator> host_;
   std::string name_;
 };

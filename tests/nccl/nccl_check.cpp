@@ -138,7 +138,7 @@ int main() {
     nccl->all_reduce(odd);
     expect(false, "a mismatched all_reduce was accepted");
   } catch (const kd::CollectiveError& error) {
-    expect(std::string(error.what()).find("issued different NCCL collectives") != std::string::npos,
+    expect(std::string(error.what()).find("the ranks disagree on the collective") != std::string::npos,
            "the mismatch names both signatures");
   }
   std::printf("nccl_check: rank %d of %d on gpu:%d: %s\n", rank, size, gpu.index,
