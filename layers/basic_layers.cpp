@@ -4,7 +4,7 @@
 #include "distribution/sharding_rules.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
-#include "layers/global_batch.h"
+#include "layers/batch_shard.h"
 
 namespace keras::layers {
 
@@ -51,7 +51,7 @@ Tensor Dropout::call(const Tensor& inputs, bool training) {
       block = true;
     }
   }
-  const GlobalBatchRows* rows = global_batch_rows();
+  const BatchShard::Rows* rows = BatchShard::step_rows();
   if (rows != nullptr && inputs.rank() > 0 && inputs.dim(0) == rows->local) {
     full[0] = rows->total;
     starts[0] = rows->offset;

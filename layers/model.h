@@ -15,7 +15,7 @@
 #include "engine/optimizers.h"
 #include "layers/callbacks.h"
 #include "layers/layer.h"
-#include "layers/global_batch.h"
+#include "layers/batch_shard.h"
 #include "layers/metrics.h"
 #include "layers/progress_output.h"
 #include "layers/training_position.h"

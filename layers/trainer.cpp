@@ -14,8 +14,8 @@
 #include "distribution/sharded_tensor.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
-#include "layers/data_parallel_context.h"
-#include "layers/global_batch.h"
+#include "layers/batch_shard.h"
+#include "layers/batch_shard.h"
 #include "layers/model_summary.h"
 #include "layers/progress_bar.h"
 
@@ -70,7 +70,7 @@ std::vector<std::int64_t> permutation(std::int64_t count, bool shuffle, std::mt1
 // Reading the totals is where a GPU's deferred errors surface (an index out of range, see
 // engine/index_check.h), on the process whose data had it: the processes agree on whether one
 // failed before they sum, so the others stop with it instead of waiting in a collective.
-std::vector<double> global_totals(const DataParallelContext& context,
+std::vector<double> global_totals(const BatchShard& context,
                                   const metrics::RunningTotal& loss,
                                   const std::vector<metrics::MetricPtr>& metrics) {
   std::vector<double> totals;
@@ -94,7 +94,7 @@ std::vector<double> global_totals(const DataParallelContext& context,
   return totals;
 }
 
-Logs global_logs(const DataParallelContext& context, const metrics::RunningTotal& loss,
+Logs global_logs(const BatchShard& context, const metrics::RunningTotal& loss,
                  const std::vector<metrics::MetricPtr>& metrics,
                  std::vector<double>* totals_out = nullptr) {
   std::vector<double> totals = global_totals(context, loss, metrics);
@@ -135,15 +135,15 @@ void Trainer::check_data(const Tensor& x, const Tensor& y, const char* what) con
 }
 
 Trainer::StepResult Trainer::train_step(const Tensor& x, const Tensor& y, double loss_scale,
-                                        const DataParallelContext& context,
-                                        const GlobalBatchRows* rows) {
+                                        const BatchShard& context,
+                                        const BatchShard::Rows* rows) {
   const bool distributed = context.distributed();
   distribution::CollectiveLog::Scope collectives;
   for (Tensor& variable : model_.trainable_weights()) variable.zero_grad();
   StepResult result;
   Tensor loss;
   {
-    std::optional<GlobalBatchScope> scope;
+    std::optional<BatchShard::StepScope> scope;
     if (rows != nullptr) scope.emplace(*rows);
     // Runs even on zero rows (a process may get none of a dataset's last, small batch): every
     // process then makes the same calls, so per-call state (Dropout's key) stays in step.
@@ -192,7 +192,7 @@ Trainer::StepResult Trainer::train_step(const Tensor& x, const Tensor& y, double
 double Trainer::train_on_batch(const Tensor& x, const Tensor& y) {
   model_.check_compiled("train_on_batch");
   check_data(x, y, "train_on_batch");
-  DataParallelContext context = DataParallelContext::current("train_on_batch");
+  BatchShard context = BatchShard::current("train_on_batch");
   std::int64_t rows_total = x.dim(0);
   context.check_same({rows_total}, "train_on_batch");
   auto [begin, end] = context.local_rows(0, rows_total);
@@ -200,7 +200,7 @@ double Trainer::train_on_batch(const Tensor& x, const Tensor& y) {
   for (std::int64_t i = 0; i < rows_total; ++i) order[i] = i;
   Tensor x_local = batch_rows(x, order, begin, end), y_local = batch_rows(y, order, begin, end);
   double scale = rows_total > 0 ? double(end - begin) / double(rows_total) : 1.0;
-  GlobalBatchRows rows{rows_total, begin, end - begin};
+  BatchShard::Rows rows{rows_total, begin, end - begin};
   StepResult result = train_step(x_local, y_local, scale, context,
                                  context.distributed() ? &rows : nullptr);
   // Keras returns the loss as a number: this read waits for the device, once per call, and
@@ -221,7 +221,7 @@ History Trainer::fit(const Tensor& x, const Tensor& y, const FitOptions& options
   if (options.validation_data.defined()) {
     check_data(options.validation_data.x, options.validation_data.y, "fit validation_data");
   }
-  DataParallelContext context = DataParallelContext::current("fit");
+  BatchShard context = BatchShard::current("fit");
   std::int64_t samples = x.dim(0);
   context.check_same({samples, options.batch_size, options.epochs, options.shuffle ? 1 : 0,
                       options.validation_data.defined() ? options.validation_data.x.dim(0) : -1},
@@ -308,7 +308,7 @@ History Trainer::fit(const Tensor& x, const Tensor& y, const FitOptions& options
       Tensor x_batch = batch_rows(x, order, begin, end);
       Tensor y_batch = batch_rows(y, order, begin, end);
       double scale = double(end - begin) / double(global_end - global_begin);
-      GlobalBatchRows rows{global_end - global_begin, begin - global_begin, end - begin};
+      BatchShard::Rows rows{global_end - global_begin, begin - global_begin, end - begin};
       StepResult result = train_step(x_batch, y_batch, scale, context,
                                      context.distributed() ? &rows : nullptr);
       auto count = static_cast<double>(end - begin);
@@ -383,7 +383,7 @@ std::map<std::string, double> Trainer::run_evaluation(const Tensor& x, const Ten
     throw ValueError(str("evaluate: batch_size must be a positive integer, got ", batch_size));
   }
   NoGradGuard no_grad;
-  DataParallelContext context = DataParallelContext::current("evaluate");
+  BatchShard context = BatchShard::current("evaluate");
   std::int64_t samples = x.dim(0);
   context.check_same({samples, batch_size}, "evaluate");
   if (!context.prints()) verbose = 0;

@@ -6,12 +6,10 @@
 #include <map>
 #include <string>
 
+#include "layers/batch_shard.h"
 #include "layers/model.h"
 
 namespace keras {
-
-class DataParallelContext;
-struct GlobalBatchRows;
 
 class Trainer {
  public:
@@ -30,11 +28,11 @@ class Trainer {
   };
   void check_data(const Tensor& x, const Tensor& y, const char* what) const;
   // One optimisation step on this process's rows of a global batch; `loss_scale` is
-  // local_rows / global_rows under data parallelism (1 otherwise), see
-  // layers/data_parallel_context.h.
-  // `rows` places this process's rows in the global batch (null without data parallelism).
+  // local_rows / global_rows when the batch is split over processes (1 otherwise), see
+  // layers/batch_shard.h; `rows` places this process's rows in the global batch (null when
+  // it is not split).
   StepResult train_step(const Tensor& x, const Tensor& y, double loss_scale,
-                        const DataParallelContext& context, const GlobalBatchRows* rows);
+                        const BatchShard& context, const BatchShard::Rows* rows);
   // evaluate() after its checks; fit() runs it on the validation data.
   std::map<std::string, double> run_evaluation(const Tensor& x, const Tensor& y,
                                                std::int64_t batch_size, int verbose);

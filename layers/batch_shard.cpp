@@ -1,21 +1,33 @@
-// Data-parallel bookkeeping for the trainer.
-#include "layers/data_parallel_context.h"
+// This process's shard of the global batch (layers/batch_shard.h).
+#include "layers/batch_shard.h"
 
 #include "distribution/runtime.h"
 #include "distribution/sharded_tensor.h"
 
 namespace keras {
+namespace {
+thread_local const BatchShard::Rows* current_step_rows = nullptr;
+}  // namespace
 
-DataParallelContext DataParallelContext::current(const char* what) {
-  DataParallelContext context;
+const BatchShard::Rows* BatchShard::step_rows() { return current_step_rows; }
+
+BatchShard::StepScope::StepScope(Rows rows) : previous_(current_step_rows), rows_(rows) {
+  current_step_rows = &rows_;
+}
+
+BatchShard::StepScope::~StepScope() { current_step_rows = previous_; }
+
+BatchShard BatchShard::current(const char* what) {
+  BatchShard context;
   context.group_ = distribution::world_pointer();
   context.world_ = context.group_;
   context.process_id_ = context.group_->rank();
   std::shared_ptr<distribution::Distribution> active = distribution::distribution();
-  if (active && active->class_name() != "DataParallel" &&
+  if (active && active->num_model_replicas() != active->device_mesh()->size() &&
       active->device_mesh()->size() != distribution::num_processes()) {
-    // Every mesh device is one process: a mesh of another size cannot be honoured, and running
-    // it as if it were one process per replica would silently ignore its layouts.
+    // Every mesh device is one process: a mesh that splits more than the batch (some of its
+    // devices are not whole replicas) cannot be honoured with another number of processes, and
+    // running it as if it were one process per replica would silently ignore its layouts.
     throw ValueError(str(what, ": ", active->class_name(), " over ", active->device_mesh()->to_string(),
                          " has ", active->device_mesh()->size(), " devices but this job has ",
                          active->num_processes(), active->num_processes() == 1 ? " process" : " processes",
@@ -46,19 +58,19 @@ DataParallelContext DataParallelContext::current(const char* what) {
   return context;
 }
 
-std::pair<std::int64_t, std::int64_t> DataParallelContext::local_rows(std::int64_t begin,
+std::pair<std::int64_t, std::int64_t> BatchShard::local_rows(std::int64_t begin,
                                                                       std::int64_t end) const {
   std::int64_t count = end - begin;
   return {begin + count * shard_id_ / shards_, begin + count * (shard_id_ + 1) / shards_};
 }
 
-void DataParallelContext::sum(std::vector<double>& values) const {
+void BatchShard::sum(std::vector<double>& values) const {
   if (!distributed() || values.empty()) return;
   group_->all_reduce(values.data(), static_cast<std::int64_t>(values.size()), DType::float64,
                      distribution::ReduceOperation::sum);
 }
 
-bool DataParallelContext::any_process(bool wanted) const {
+bool BatchShard::any_process(bool wanted) const {
   const std::shared_ptr<distribution::Communicator>& together = sharded_layers_ ? world_ : group_;
   if (sharded_layers_ ? together->size() == 1 : !distributed()) return wanted;
   std::int64_t flag = wanted ? 1 : 0;
@@ -66,7 +78,7 @@ bool DataParallelContext::any_process(bool wanted) const {
   return flag != 0;
 }
 
-std::vector<Tensor> DataParallelContext::variables_to_reduce(
+std::vector<Tensor> BatchShard::variables_to_reduce(
     const std::vector<Tensor>& variables) const {
   if (!sharded_layers_) return variables;
   std::vector<Tensor> reduced;
@@ -78,7 +90,7 @@ std::vector<Tensor> DataParallelContext::variables_to_reduce(
   return reduced;
 }
 
-bool DataParallelContext::layers_communicate(const std::vector<Tensor>& variables) const {
+bool BatchShard::layers_communicate(const std::vector<Tensor>& variables) const {
   if (!sharded_layers_) return false;
   for (std::size_t axis = 0; axis < mesh_shape_.size(); ++axis) {
     if (static_cast<int>(axis) != batch_axis_ && mesh_shape_[axis] > 1) return true;
@@ -93,7 +105,7 @@ bool DataParallelContext::layers_communicate(const std::vector<Tensor>& variable
   return false;
 }
 
-void DataParallelContext::check_same(const std::vector<std::int64_t>& values,
+void BatchShard::check_same(const std::vector<std::int64_t>& values,
                                      const char* what) const {
   if (world_->size() == 1) return;
   // One max-reduction of (v, -v) gives both the largest and the smallest value of each entry.

@@ -1,8 +1,8 @@
-// How the trainer runs under the global Distribution: which rows of each global batch this
-// process computes on, and how per-process sums (loss, metrics, gradients) become global ones.
-// Without a distribution, or with one process, it is the identity and costs nothing.
-// Under DataParallel every process is a data shard and the group is the world. Under
-// ModelParallel the data shards are the batch axis of the mesh: a process reads the shard of
+// This process's shard of the global batch, under the global Distribution (DataParallel or
+// ModelParallel alike: the batch axis is a mesh axis like any other): which rows of each
+// global batch this process holds, and how per-process sums (loss, metrics, gradients) become
+// global ones. Without a distribution, or with one process, it is the identity and costs
+// nothing. The data shards are the batch axis of the mesh (every process under DataParallel): a process reads the shard of
 // its coordinate on that axis, sums run over the batch-axis group (the processes along the
 // other axes hold the same rows and compute the same loss), and only variables replicated
 // over the batch axis have their gradients reduced there (one sharded over it gets its summed
@@ -24,10 +24,11 @@
 
 namespace keras {
 
-class DataParallelContext {
+class BatchShard {
  public:
-  // Reads distribution(); throws NotImplementedError for layouts the layers cannot run yet.
-  static DataParallelContext current(const char* what);
+  // Reads distribution(); a ValueError (naming `what`) for a mesh this job cannot run: one
+  // that splits more than the batch over a number of devices other than the processes.
+  static BatchShard current(const char* what);
 
   bool distributed() const { return shards_ > 1; }
   std::int64_t shards() const { return shards_; }
@@ -55,6 +56,29 @@ class DataParallelContext {
   void check_same(const std::vector<std::int64_t>& values, const char* what) const;
   // Only process 0 prints progress.
   bool prints() const { return process_id_ == 0; }
+
+  // Where this process's rows sit in the global batch of the current step. The trainer sets
+  // it (StepScope); random layers (Dropout) then draw, for each global row, exactly the numbers
+  // one process would draw for it, through the counter-based RNG's slices, so that a model
+  // with dropout keeps the same weights as on one process.
+  struct Rows {
+    std::int64_t total = 0;   // rows of the global batch
+    std::int64_t offset = 0;  // index of this process's first row in it
+    std::int64_t local = 0;   // rows this process holds
+  };
+  // The rows of the current step on this thread, or null outside distributed training.
+  static const Rows* step_rows();
+  class StepScope {
+   public:
+    explicit StepScope(Rows rows);
+    ~StepScope();
+    StepScope(const StepScope&) = delete;
+    StepScope& operator=(const StepScope&) = delete;
+
+   private:
+    const Rows* previous_;
+    Rows rows_;
+  };
 
  private:
   std::int64_t shards_ = 1;
