@@ -1,5 +1,5 @@
 // overlap_probe: what overlapping the gradient all-reduce with the backward pass could buy on
-// this machine, measured before building it (issue 9). Under `mpirun -np P`, each process times
+// this machine, measured before building it. Under `mpirun -np P`, each process times
 //   compute   the backward pass's big products of the 784-1024-1024-10 MLP at its share of a
 //             global batch of 128 (the kernel and input gradients: most of the backward time),
 //   comm      MPI_Allreduce of the MLP's 7.45 MB of float32 gradients,

@@ -2,7 +2,7 @@
 // ranks that disagree, an MPI error) can leave other processes inside a collective that will
 // never complete, and an abandoned non-blocking exchange still owns its buffers; so after any
 // failure the process must not finalize normally (MPI_Finalize would wait for the peers, which
-// wait for us: the hang of issue 6). finalize() reads this record and ends the whole job with
+// wait for us). finalize() reads this record and ends the whole job with
 // the first failure's message instead (MPI_Abort under mpirun).
 #pragma once
 #include <optional>

@@ -143,7 +143,10 @@ void Communicator::broadcast(Tensor& tensor, int root) {
       .broadcast(tensor.raw_data(), tensor.size(), tensor.dtype(), root);
 }
 
-LocalCommunicator::LocalCommunicator(std::string name) : name_(std::move(name)) {}
+Communicator::Communicator(std::string name, int rank, int size)
+    : name_(std::move(name)), rank_(rank), size_(size) {}
+
+LocalCommunicator::LocalCommunicator(std::string name) : Communicator(std::move(name), 0, 1) {}
 
 void LocalCommunicator::all_gather(const void* send, void* receive, std::int64_t count,
                                    DType dtype) {

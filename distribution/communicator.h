@@ -32,10 +32,12 @@ class CollectiveError : public Error {
 class Communicator {
  public:
   virtual ~Communicator() = default;
-  virtual int size() const = 0;
-  virtual int rank() const = 0;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  int size() const { return size_; }
+  int rank() const { return rank_; }
   // "world", or "mesh axis 'model' (group 1 of 2)" — used in error messages.
-  virtual const std::string& name() const = 0;
+  const std::string& name() const { return name_; }
   // Whether the buffers of the collectives may live on `device` (the CPU for MPI, Gloo and
   // the local group; this process's GPU for NCCL).
   virtual bool accepts(Device device) const { return device.is_cpu(); }
@@ -106,6 +108,13 @@ class Communicator {
   static constexpr std::chrono::milliseconds kMaximumTimeout{1'000'000'000};
 
  protected:
+  // A group of `size` processes in which this one is `rank`; a transport knows both before it
+  // connects (MPI asks its communicator, Gloo and NCCL are told).
+  Communicator(std::string name, int rank, int size);
+  const std::string name_;
+  const int rank_;
+  const int size_;
+
   // Every rank's signature of one collective (collective_signature.h): code, dtype, count.
   using Signature = std::array<std::int64_t, 3>;
   // The first step of every collective, before any data moves: refused on a poisoned group;
@@ -149,9 +158,6 @@ class Communicator {
 class LocalCommunicator : public Communicator {
  public:
   explicit LocalCommunicator(std::string name = "local");
-  int size() const override { return 1; }
-  int rank() const override { return 0; }
-  const std::string& name() const override { return name_; }
   void all_reduce(void*, std::int64_t, DType, ReduceOperation) override {}
   void all_gather(const void* send, void* receive, std::int64_t count, DType dtype) override;
   void reduce_scatter(const void* send, void* receive, std::int64_t count, DType dtype,
@@ -159,6 +165,7 @@ class LocalCommunicator : public Communicator {
   void broadcast(void*, std::int64_t, DType, int root) override;
   void barrier() override {}
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
+  // Its own callers (tests, single-process code) reach the Tensor conveniences directly.
   using Communicator::all_gather;
   using Communicator::all_reduce;
   using Communicator::broadcast;
@@ -169,7 +176,6 @@ class LocalCommunicator : public Communicator {
   std::optional<std::vector<std::int64_t>> exchange_signatures(const Signature&, const char*) override {
     return std::nullopt;
   }
-  std::string name_;
 };
 
 }  // namespace keras::distribution

@@ -2,11 +2,11 @@
 // PyTorch DDP's way: variables go into flat buckets in reverse creation order (the order their
 // gradients become ready in backward), the first bucket small (1 MiB) so communication starts
 // early, the others capped at 25 MiB; a bucket's all-reduce runs as soon as its last gradient is
-// ready and every earlier bucket has run, so buckets are always issued in index order on every
-// rank. The all-reduce is the blocking one (see mpi_communicator.h for the measurement): it runs
-// inside the backward pass, between gradient rules, but does not yet overlap with them; true
-// overlap needs a communication thread that owns MPI, as Horovod has. Bucket buffers live as long as the reducer: freeing and re-faulting a multi-MiB
-// buffer each step cost more than the all-reduce itself in these VMs (14 µs per 4 KiB page).
+// ready and every earlier bucket has run, so buckets are issued in index order on every rank.
+// On the CPU that all-reduce blocks, between gradient rules: a communication thread (Horovod's
+// design) saved nothing on these cores (benchmarks/overlap_probe, README "Measured"). On a GPU
+// buckets are queued on NCCL's stream and overlap the rest of backward. Bucket buffers live as
+// long as the reducer: re-faulting a multi-MiB buffer each step cost more than the all-reduce.
 #pragma once
 #include <memory>
 #include <unordered_map>

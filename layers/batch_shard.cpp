@@ -31,8 +31,8 @@ BatchShard BatchShard::current(const char* what) {
     throw ValueError(str(what, ": ", active->class_name(), " over ", active->device_mesh()->to_string(),
                          " has ", active->device_mesh()->size(), " devices but this job has ",
                          active->num_processes(), active->num_processes() == 1 ? " process" : " processes",
-                         "; each mesh device is one process (start the program with `mpirun -np ",
-                         active->device_mesh()->size(), "`), or use a mesh of ", active->num_processes(),
+                         "; each mesh device is one process (start that many processes: `mpirun -np ",
+                         active->device_mesh()->size(), "`, or by hand with initialize(job_addresses, num_processes, process_id)), or use a mesh of ", active->num_processes(),
                          " devices"));
   }
   if (!active || distribution::num_processes() == 1) return context;

@@ -139,8 +139,8 @@ class Model : public Layer {
   std::optional<TrainingPosition> resume_from_;
 
  public:
-  // The data-parallel reducer of the last distributed step (null before one), for tests and
-  // benchmarks that check how gradients were grouped.
+  // How the last data-parallel step grouped and reduced its gradients (buckets, in-place
+  // reductions; null before one), for users tuning the bucket size, as DDP's logging data is.
   const distribution::GradientReducer* gradient_reducer() const { return gradient_reducer_.get(); }
 };
 

@@ -32,8 +32,8 @@ Tensor create_variable(const std::string& path, const Shape& shape, DType dtype,
                                distribution::num_processes(),
                                distribution::num_processes() == 1 ? " process" : " processes",
                                "; each mesh device is ",
-                               "one process (start the program with `mpirun -np ", devices,
-                               "`), or use a mesh of ", distribution::num_processes(),
+                               "one process (start that many processes: `mpirun -np ", devices,
+                               "`, or by hand with initialize(job_addresses, num_processes, process_id)), or use a mesh of ", distribution::num_processes(),
                                " devices"));
         }
         // This process's block of the full seeded value: equal to the slice of the

@@ -1,9 +1,8 @@
 // The one place where a layer's variables get their initial value. It asks distribution() for
 // the variable's layout and checks that the layout fits the shape. Replicated variables (all of
 // them under DataParallel) get the full value, equal on every process because initialize() made
-// the processes agree on the seed. Sharded layouts on several processes are the model-parallel
-// milestone: they will create only this process's block through Initializer::block, which
-// produces any block with the values it has in the full tensor; until then they are refused.
+// the processes agree on the seed. A sharded variable gets only this process's block, through
+// Initializer::block, which produces any block with the values it has in the full tensor.
 #pragma once
 #include <string>
 

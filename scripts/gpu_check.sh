@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 10, for a machine with GPUs: a CUDA build for sm_90, the GPU half of the
+# The GPU check, for a machine with GPUs: a CUDA build for sm_90, the GPU half of the
 # op table and the GPU tests, the GPU kernels on host memory beside them, and NCCL between the
 # GPUs of the host, all into one log. Usage: bash scripts/gpu_check.sh [LOG]   (default gpu_check.log)
 #

@@ -1,4 +1,4 @@
-// Bad input answered honestly (issue 6): sizes that overflow, integer edge cases that trap in
+// Bad input answered honestly: sizes that overflow, integer edge cases that trap in
 // C++, NaN that must not be masked, and environment values out of range. Each test here failed
 // (crashed, or gave a wrong answer) before the fix it covers.
 #include <climits>

@@ -90,7 +90,7 @@ void divide_in_place(void* data, std::int64_t count, DType dtype, int size) {
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<KeyValueClient> store, const std::string& prefix,
                                    const std::string& host, int rank, int size, std::string name)
-    : store_(std::move(store)), prefix_(prefix), host_(host), rank_(rank), size_(size), name_(std::move(name)) {
+    : Communicator(std::move(name), rank, size), store_(std::move(store)), prefix_(prefix), host_(host) {
   try {
     gloo::transport::tcp::attr attributes;
     attributes.hostname = host_;

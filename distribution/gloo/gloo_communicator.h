@@ -32,9 +32,6 @@ class GlooCommunicator : public Communicator {
                    const std::string& host, int rank, int size, std::string name);
   ~GlooCommunicator() override;
 
-  int size() const override { return size_; }
-  int rank() const override { return rank_; }
-  const std::string& name() const override { return name_; }
   void all_reduce(void* data, std::int64_t count, DType dtype, ReduceOperation operation) override;
   void all_gather(const void* send, void* receive, std::int64_t count, DType dtype) override;
   void reduce_scatter(const void* send, void* receive, std::int64_t count, DType dtype,
@@ -42,10 +39,6 @@ class GlooCommunicator : public Communicator {
   void broadcast(void* data, std::int64_t count, DType dtype, int root) override;
   void barrier() override;
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
-  using Communicator::all_gather;
-  using Communicator::all_reduce;
-  using Communicator::broadcast;
-  using Communicator::reduce_scatter;
 
   // The Gloo context underneath, for benchmarks that compare against raw Gloo on it.
   const std::shared_ptr<gloo::Context>& gloo_context() const { return context_; }
@@ -61,8 +54,6 @@ class GlooCommunicator : public Communicator {
 
   std::shared_ptr<KeyValueClient> store_;
   std::string prefix_, host_;
-  int rank_, size_;
-  std::string name_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   std::uint32_t tag_ = 1;

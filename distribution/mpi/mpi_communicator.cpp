@@ -56,13 +56,25 @@ void divide(void* data, std::int64_t count, DType dtype, int size) {
   });
 }
 
+int rank_in(MPI_Comm communicator) {
+  int rank = 0;
+  MPI_Comm_rank(communicator, &rank);
+  return rank;
+}
+
+int size_of(MPI_Comm communicator) {
+  int size = 1;
+  MPI_Comm_size(communicator, &size);
+  return size;
+}
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm communicator, std::string name, bool owned)
-    : communicator_(communicator), name_(std::move(name)), owned_(owned) {
+    : Communicator(std::move(name), rank_in(communicator), size_of(communicator)),
+      communicator_(communicator),
+      owned_(owned) {
   MPI_Comm_set_errhandler(communicator_, MPI_ERRORS_RETURN);
-  MPI_Comm_size(communicator_, &size_);
-  MPI_Comm_rank(communicator_, &rank_);
   if (size_ == 1) return;
   // Everything below is collective, like the constructor's callers (initialize() and split()).
   // 0: all_reduce, 1: messages, 2: shared_memory; the ranks take the smallest asked for.

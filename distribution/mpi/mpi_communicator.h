@@ -1,30 +1,19 @@
 // Communicator over an MPI communicator (OpenMPI). Every collective carries its signature
-// (operation, dtype, element count) to every peer on a side channel: a shared-memory board
-// (signature_board.h) when all ranks share one machine, otherwise one message per peer on a
-// duplicate of the communicator used for nothing else. A rank that never arrives gives an error naming the
-// operation, the group and the missing ranks instead of a hang, and a rank that issues a
-// different collective is reported with what each rank issued (Horovod checks the same things).
+// (operation, dtype, element count) to every peer on a side channel before any data moves: a
+// shared-memory board (signature_board.h) when all ranks share one machine, one message per
+// peer on a private duplicate communicator otherwise, and one tiny all-reduce for groups spread
+// over machines of more than kSideChannelRanks processes. KERAS_SIGNATURE_CHANNEL=
+// shared_memory|messages|all_reduce picks one (the ranks take the most widely available of what
+// each asked for). The base class turns the signatures into errors that name the missing or
+// disagreeing ranks instead of a hang.
 //
-// Once every peer's signature has arrived (which proves they all reached this collective) the
-// data move with the blocking collective: OpenMPI's blocking MPI_Allreduce moved the 7.45 MB of
-// MLP gradients in 1.2 ms here where its non-blocking MPI_Iallreduce took 2.8-3.4 ms, and at
-// 4-64 KiB the non-blocking one took 1.6-6x as long; a watchdog (blocking_watchdog.h) bounds
-// that blocking call. Measured on 2 processes (median of 7 rounds of 5000 calls, quiet VM):
-// a 1 KiB all-reduce took 0.46 us raw, 0.64 us with the side channel and 1.06 us with the
-// former check (one extra 48-byte all-reduce before the data); starting the data in a
-// non-blocking collective beside the signatures, to hide the check, was slower (0.98 us), and
-// persistent requests (MPI_Send_init/MPI_Recv_init) gained nothing (0.76 us).
-// With the board a 1 KiB all-reduce took 0.89 us against 0.76 us raw (README, "Measured").
-// Groups spread over machines of more than kSideChannelRanks processes (where one message per
-// peer per collective would cost more than it saves) compare signatures in one tiny all-reduce
-// instead. KERAS_SIGNATURE_CHANNEL=shared_memory|messages|all_reduce picks one (the ranks take
-// the most widely available of what each asked for; shared_memory needs one machine).
+// Once every peer's signature has arrived the data move with the blocking collective, bounded
+// by a watchdog (blocking_watchdog.h): OpenMPI's non-blocking ones were 2-6x slower here
+// (README, "Measured", has the numbers behind each of these choices).
 //
-// Failure is final. After a timeout, a disagreement or an MPI error the communicator is
-// poisoned: every later call throws at once, and finalize() ends the whole job (MPI_Abort)
-// instead of finalizing normally. The exchange buffers live on the heap, owned by the
-// communicator, and are deliberately never freed once an exchange was abandoned, so a late peer
-// completing it writes into live memory.
+// Failure is final: the exchange buffers of an abandoned exchange live on the heap, owned by
+// the communicator, and are deliberately never freed, so a late peer completing it writes into
+// live memory; finalize() then ends the whole job (MPI_Abort).
 #pragma once
 #include <mpi.h>
 
@@ -41,12 +30,7 @@ class MpiCommunicator : public Communicator {
   // Wraps `communicator`; frees it on destruction when `owned`.
   MpiCommunicator(MPI_Comm communicator, std::string name, bool owned);
   ~MpiCommunicator() override;
-  MpiCommunicator(const MpiCommunicator&) = delete;
-  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
-  int size() const override { return size_; }
-  int rank() const override { return rank_; }
-  const std::string& name() const override { return name_; }
   void all_reduce(void* data, std::int64_t count, DType dtype, ReduceOperation operation) override;
   void all_gather(const void* send, void* receive, std::int64_t count, DType dtype) override;
   bool reduce_scatter_is_native() const override { return true; }
@@ -55,10 +39,6 @@ class MpiCommunicator : public Communicator {
   void broadcast(void* data, std::int64_t count, DType dtype, int root) override;
   void barrier() override;
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
-  using Communicator::all_gather;
-  using Communicator::all_reduce;
-  using Communicator::broadcast;
-  using Communicator::reduce_scatter;
 
   // (Signature checks, set_signature_checks, cost one 24-byte message per peer per
   // collective; without them a missing rank blocks the others until the watchdog ends the
@@ -112,10 +92,7 @@ class MpiCommunicator : public Communicator {
   MPI_Comm side_channel_ = MPI_COMM_NULL;  // signature messages; null unless that channel
   std::unique_ptr<SignatureBoard> board_;  // the shared-memory channel, when all ranks are local
   std::int64_t sequence_ = 0;              // collectives issued on this communicator
-  std::string name_;
   bool owned_;
-  int size_ = 1;
-  int rank_ = 0;
   std::unique_ptr<ExchangeBuffers> buffers_ = std::make_unique<ExchangeBuffers>();
   bool exchange_abandoned_ = false;
 };

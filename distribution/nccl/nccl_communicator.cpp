@@ -94,10 +94,10 @@ ncclConfig_t non_blocking_config() {
 
 NcclCommunicator::NcclCommunicator(std::shared_ptr<Communicator> host_group, int device_index,
                                    std::string name)
-    : host_group_(std::move(host_group)), device_index_(device_index), name_(std::move(name)),
+    : Communicator(std::move(name), host_group->rank(), host_group->size()),
+      host_group_(std::move(host_group)),
+      device_index_(device_index),
       state_(std::make_unique<State>()) {
-  size_ = host_group_->size();
-  rank_ = host_group_->rank();
   timeout_ = host_group_->timeout();
   ncclUniqueId id{};
   if (rank_ == 0) {
@@ -128,10 +128,10 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<Communicator> host_group, int
 
 NcclCommunicator::NcclCommunicator(std::shared_ptr<Communicator> host_group, int device_index,
                                    std::string name, std::unique_ptr<State> state)
-    : host_group_(std::move(host_group)), device_index_(device_index), name_(std::move(name)),
+    : Communicator(std::move(name), host_group->rank(), host_group->size()),
+      host_group_(std::move(host_group)),
+      device_index_(device_index),
       state_(std::move(state)) {
-  size_ = host_group_->size();
-  rank_ = host_group_->rank();
   timeout_ = host_group_->timeout();
   start_watchdog();
 }

@@ -37,12 +37,7 @@ class NcclCommunicator final : public Communicator {
   // the NCCL unique id and host_group broadcasts it.
   NcclCommunicator(std::shared_ptr<Communicator> host_group, int device_index, std::string name);
   ~NcclCommunicator() override;
-  NcclCommunicator(const NcclCommunicator&) = delete;
-  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
-  int size() const override { return size_; }
-  int rank() const override { return rank_; }
-  const std::string& name() const override { return name_; }
   bool accepts(Device device) const override { return device == Device::gpu(device_index_); }
 
   void all_reduce(void* data, std::int64_t count, DType dtype, ReduceOperation operation) override;
@@ -57,10 +52,6 @@ class NcclCommunicator final : public Communicator {
   // Waits (on the host) until every collective queued so far has completed.
   void barrier() override;
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
-  using Communicator::all_gather;
-  using Communicator::all_reduce;
-  using Communicator::broadcast;
-  using Communicator::reduce_scatter;
   // The host twin's leave() tells the peers; NCCL has nothing of its own to say.
   void leave() override {}
 
@@ -87,8 +78,6 @@ class NcclCommunicator final : public Communicator {
 
   std::shared_ptr<Communicator> host_group_;
   int device_index_;
-  std::string name_;
-  int size_ = 1, rank_ = 0;
   std::unique_ptr<State> state_;
   std::set<std::array<std::int64_t, 3>> agreed_signatures_;
 

@@ -13,14 +13,6 @@ namespace keras::cpu {
 
 namespace {
 
-template <typename T>
-T* pointer(Tensor& x) {
-  return static_cast<T*>(x.raw_data());
-}
-template <typename T>
-const T* pointer(const Tensor& x) {
-  return static_cast<const T*>(x.raw_data());
-}
 
 // The loops take __restrict pointers in plain functions: captured by a lambda the pointers
 // lost that promise and GCC kept them scalar (the relu gradient took 2.7% of an MLP training
@@ -74,7 +66,7 @@ void map_contiguous(const In* x, Out* out, std::int64_t count, Fn fn) {
 void fill(Tensor& out, double value) {
   dispatch_dtype(out.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    T* data = pointer<T>(out);
+    T* data = elements_of<T>(out);
     T typed = scalar::convert<T>(value);
     parallel_for(out.size(), kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i) data[i] = typed;
@@ -91,7 +83,7 @@ void cast(const Tensor& x, Tensor& out) {
     using In = decltype(in_zero);
     dispatch_dtype(out.dtype(), [&](auto out_zero) {
       using Out = decltype(out_zero);
-      map_contiguous(pointer<In>(x), pointer<Out>(out), x.size(),
+      map_contiguous(elements_of<In>(x), elements_of<Out>(out), x.size(),
                      [](In value) { return scalar::convert<Out>(value); });
     });
   });
@@ -100,13 +92,13 @@ void cast(const Tensor& x, Tensor& out) {
 void unary(UnaryOp op, const Tensor& x, Tensor& out) {
   std::int64_t count = x.size();
   if (op == UnaryOp::logical_not) {
-    map_contiguous(pointer<bool>(x), pointer<bool>(out), count, [](bool v) { return !v; });
+    map_contiguous(elements_of<bool>(x), elements_of<bool>(out), count, [](bool v) { return !v; });
     return;
   }
   dispatch_numeric(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* in = pointer<T>(x);
-    T* result = pointer<T>(out);
+    const T* in = elements_of<T>(x);
+    T* result = elements_of<T>(out);
     auto run = [&](auto fn) { map_contiguous(in, result, count, fn); };
     switch (op) {
 #define KERAS_UNARY_CASE(name, floating_only, value)                  \
@@ -126,9 +118,9 @@ void unary_gradient(UnaryOp op, const Tensor& x, const Tensor& output_gradient,
                     Tensor& input_gradient) {
   dispatch_floating(x.dtype(), unary_op_name(op), [&](auto zero) {
     using T = decltype(zero);
-    const T* in = pointer<T>(x);
-    const T* grad = pointer<T>(output_gradient);
-    T* result = pointer<T>(input_gradient);
+    const T* in = elements_of<T>(x);
+    const T* grad = elements_of<T>(output_gradient);
+    T* result = elements_of<T>(input_gradient);
     bool in_place = overlap(result, grad, x.size()) || overlap(result, in, x.size());
     auto run = [&](auto derivative) {
       parallel_for(x.size(), kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
@@ -157,9 +149,9 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, Fn fn) {
   auto plan = make_plan<3>(out.shape(), {broadcast_strides(a.shape(), out.shape()),
                                          broadcast_strides(b.shape(), out.shape()),
                                          row_major_strides(out.shape())});
-  const T* pa = pointer<T>(a);
-  const T* pb = pointer<T>(b);
-  Out* po = pointer<Out>(out);
+  const T* pa = elements_of<T>(a);
+  const T* pb = elements_of<T>(b);
+  Out* po = elements_of<Out>(out);
   for_each_row<3>(plan, [&](const std::array<std::int64_t, 3>& offsets,
                             const std::array<std::int64_t, 3>& strides, std::int64_t count) {
     const T* ra = pa + offsets[0];
@@ -263,10 +255,10 @@ void where(const Tensor& condition, const Tensor& a, const Tensor& b, Tensor& ou
                                            broadcast_strides(a.shape(), out.shape()),
                                            broadcast_strides(b.shape(), out.shape()),
                                            row_major_strides(out.shape())});
-    const bool* pc = pointer<bool>(condition);
-    const T* pa = pointer<T>(a);
-    const T* pb = pointer<T>(b);
-    T* po = pointer<T>(out);
+    const bool* pc = elements_of<bool>(condition);
+    const T* pa = elements_of<T>(a);
+    const T* pb = elements_of<T>(b);
+    T* po = elements_of<T>(out);
     for_each_row<4>(plan, [&](const std::array<std::int64_t, 4>& offsets,
                               const std::array<std::int64_t, 4>& strides, std::int64_t count) {
       for (std::int64_t i = 0; i < count; ++i) {

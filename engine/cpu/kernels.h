@@ -2,6 +2,7 @@
 // engine/cpu/cpu_backend.cpp binds them to the Backend interface.
 #pragma once
 #include "engine/backend.h"
+#include "engine/kernel_arguments.h"
 
 namespace keras::cpu {
 

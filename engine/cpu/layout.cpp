@@ -94,9 +94,7 @@ std::vector<std::int64_t> normalized_indices(const Tensor& indices, std::int64_t
 }  // namespace
 
 void take(const Tensor& x, const Tensor& indices, int axis, Tensor& out) {
-  std::int64_t outer = 1, length = x.shape()[axis], inner = 1;
-  for (int d = 0; d < axis; ++d) outer *= x.shape()[d];
-  for (int d = axis + 1; d < x.rank(); ++d) inner *= x.shape()[d];
+  auto [outer, length, inner] = lines_along(x.shape(), axis);
   std::vector<std::int64_t> index = normalized_indices(indices, length);
   std::int64_t count = static_cast<std::int64_t>(index.size());
   std::size_t row_bytes = static_cast<std::size_t>(inner) * dtype_size(x.dtype());
@@ -115,10 +113,7 @@ void take(const Tensor& x, const Tensor& indices, int axis, Tensor& out) {
 void take_gradient(const Tensor& output_gradient, const Tensor& indices, int axis,
                    Tensor& input_gradient) {
   fill(input_gradient, 0.0);
-  const Shape& shape = input_gradient.shape();
-  std::int64_t outer = 1, length = shape[axis], inner = 1;
-  for (int d = 0; d < axis; ++d) outer *= shape[d];
-  for (int d = axis + 1; d < static_cast<int>(shape.size()); ++d) inner *= shape[d];
+  auto [outer, length, inner] = lines_along(input_gradient.shape(), axis);
   std::vector<std::int64_t> index = normalized_indices(indices, length);
   std::int64_t count = static_cast<std::int64_t>(index.size());
   dispatch_floating(output_gradient.dtype(), "take gradient", [&](auto zero) {

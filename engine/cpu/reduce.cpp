@@ -103,9 +103,7 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int>& axes, Tensor& 
 void arg_reduce(bool largest, const Tensor& x, int axis, Tensor& out) {
   dispatch_numeric(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    std::int64_t outer = 1, reduced = x.shape()[axis], inner = 1;
-    for (int d = 0; d < axis; ++d) outer *= x.shape()[d];
-    for (int d = axis + 1; d < x.rank(); ++d) inner *= x.shape()[d];
+    auto [outer, reduced, inner] = lines_along(x.shape(), axis);
     const T* in = static_cast<const T*>(x.raw_data());
     auto* result = static_cast<std::int64_t*>(out.raw_data());
     parallel_for(outer * inner, std::max<std::int64_t>(1, kParallelGrain / reduced),

@@ -10,35 +10,20 @@
 namespace keras::cpu {
 namespace {
 
-struct AxisView {
-  std::int64_t outer = 1, length = 1, inner = 1;
-};
-
-AxisView view_of(const Shape& shape, int axis) {
-  AxisView view;
-  for (int d = 0; d < axis; ++d) view.outer *= shape[d];
-  view.length = shape[axis];
-  for (int d = axis + 1; d < static_cast<int>(shape.size()); ++d) view.inner *= shape[d];
-  return view;
-}
-
 // Calls fn(base_offset) for each of the outer*inner lines along the axis (stride = inner).
 template <typename Fn>
-void for_each_line(const AxisView& view, Fn fn) {
-  parallel_for(view.outer * view.inner,
+void for_each_line(const AxisLines& view, Fn fn) {
+  parallel_for(view.count(),
                std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(view.length, 1)),
                [&](std::int64_t begin, std::int64_t end) {
-                 for (std::int64_t line = begin; line < end; ++line) {
-                   std::int64_t o = line / view.inner, i = line % view.inner;
-                   fn(o * view.length * view.inner + i);
-                 }
+                 for (std::int64_t line = begin; line < end; ++line) fn(view.line_start(line));
                });
 }
 
 }  // namespace
 
 void softmax(const Tensor& x, int axis, bool log, Tensor& out) {
-  AxisView view = view_of(x.shape(), axis);
+  AxisLines view = lines_along(x.shape(), axis);
   if (view.length == 0) return;
   dispatch_floating(x.dtype(), "softmax", [&](auto zero) {
     using T = decltype(zero);
@@ -53,7 +38,7 @@ void softmax(const Tensor& x, int axis, bool log, Tensor& out) {
 
 void softmax_gradient(const Tensor& y, const Tensor& output_gradient, int axis, bool log,
                       Tensor& input_gradient) {
-  AxisView view = view_of(y.shape(), axis);
+  AxisLines view = lines_along(y.shape(), axis);
   if (view.length == 0) return;
   dispatch_floating(y.dtype(), "softmax gradient", [&](auto zero) {
     using T = decltype(zero);

@@ -160,20 +160,12 @@ struct WhereBody {
   }
 };
 
-template <typename T>
-T* pointer(Tensor& x) {
-  return static_cast<T*>(x.raw_data());
-}
-template <typename T>
-const T* pointer(const Tensor& x) {
-  return static_cast<const T*>(x.raw_data());
-}
 
 template <class Launcher>
 void fill(Launcher& launcher, Tensor& out, double value) {
   dispatch_dtype(out.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    launcher.for_each(out.size(), FillBody<T>{pointer<T>(out), scalar::convert<T>(value)});
+    launcher.for_each(out.size(), FillBody<T>{elements_of<T>(out), scalar::convert<T>(value)});
   });
 }
 
@@ -187,7 +179,7 @@ void cast(Launcher& launcher, const Tensor& x, Tensor& out) {
     using In = decltype(in_zero);
     dispatch_dtype(out.dtype(), [&](auto out_zero) {
       using Out = decltype(out_zero);
-      launcher.for_each(x.size(), CastBody<In, Out>{pointer<In>(x), pointer<Out>(out)});
+      launcher.for_each(x.size(), CastBody<In, Out>{elements_of<In>(x), elements_of<Out>(out)});
     });
   });
 }
@@ -195,12 +187,12 @@ void cast(Launcher& launcher, const Tensor& x, Tensor& out) {
 template <class Launcher>
 void unary(Launcher& launcher, UnaryOp op, const Tensor& x, Tensor& out) {
   if (op == UnaryOp::logical_not) {
-    launcher.for_each(x.size(), LogicalNotBody{pointer<bool>(x), pointer<bool>(out)});
+    launcher.for_each(x.size(), LogicalNotBody{elements_of<bool>(x), elements_of<bool>(out)});
     return;
   }
   dispatch_numeric(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    launcher.for_each(x.size(), UnaryBody<T>{op, pointer<T>(x), pointer<T>(out)});
+    launcher.for_each(x.size(), UnaryBody<T>{op, elements_of<T>(x), elements_of<T>(out)});
   });
 }
 
@@ -212,8 +204,8 @@ void unary_gradient(Launcher& launcher, UnaryOp op, const Tensor& x, const Tenso
   }
   dispatch_floating(x.dtype(), unary_op_name(op), [&](auto zero) {
     using T = decltype(zero);
-    launcher.for_each(x.size(), UnaryGradientBody<T>{op, pointer<T>(x), pointer<T>(output_gradient),
-                                                     pointer<T>(input_gradient)});
+    launcher.for_each(x.size(), UnaryGradientBody<T>{op, elements_of<T>(x), elements_of<T>(output_gradient),
+                                                     elements_of<T>(input_gradient)});
   });
 }
 
@@ -228,14 +220,14 @@ void binary(Launcher& launcher, BinaryOp op, const Tensor& a, const Tensor& b, T
   dispatch_dtype(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     if (to_bool) {
-      launcher.for_each(out.size(), BinaryBody<T, bool>{op, map, pointer<T>(a), pointer<T>(b),
-                                                        pointer<bool>(out), nullptr});
+      launcher.for_each(out.size(), BinaryBody<T, bool>{op, map, elements_of<T>(a), elements_of<T>(b),
+                                                        elements_of<bool>(out), nullptr});
       return;
     }
     if constexpr (!std::is_same_v<T, bool>) {
       bool may_fail = std::is_integral_v<T> && (op == BinaryOp::divide || op == BinaryOp::power);
-      launcher.for_each(out.size(), BinaryBody<T, T>{op, map, pointer<T>(a), pointer<T>(b),
-                                                     pointer<T>(out), launcher.error_report()});
+      launcher.for_each(out.size(), BinaryBody<T, T>{op, map, elements_of<T>(a), elements_of<T>(b),
+                                                     elements_of<T>(out), launcher.error_report()});
       // Only integer division and power can fail; checking waits for the GPU, so the others
       // do not pay for it.
       if (may_fail) launcher.check_errors();
@@ -254,8 +246,8 @@ void where(Launcher& launcher, const Tensor& condition, const Tensor& a, const T
       "where");
   dispatch_dtype(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    launcher.for_each(out.size(), WhereBody<T>{map, pointer<bool>(condition), pointer<T>(a),
-                                               pointer<T>(b), pointer<T>(out)});
+    launcher.for_each(out.size(), WhereBody<T>{map, elements_of<bool>(condition), elements_of<T>(a),
+                                               elements_of<T>(b), elements_of<T>(out)});
   });
 }
 

@@ -16,6 +16,7 @@
 //   Device device();
 #pragma once
 #include "engine/backend.h"
+#include "engine/kernel_arguments.h"
 #include "engine/cuda/index_map.h"
 
 namespace keras::gpu_kernels {

@@ -122,16 +122,6 @@ struct CheckIndicesBody {
   }
 };
 
-struct AxisSplit {
-  std::int64_t outer = 1, length = 1, inner = 1;
-};
-inline AxisSplit split_at(const Shape& shape, int axis) {
-  AxisSplit split;
-  for (int d = 0; d < axis; ++d) split.outer *= shape[d];
-  split.length = shape[axis];
-  for (int d = axis + 1; d < static_cast<int>(shape.size()); ++d) split.inner *= shape[d];
-  return split;
-}
 
 template <typename Fn>
 decltype(auto) dispatch_index(DType dtype, Fn&& fn) {
@@ -153,7 +143,7 @@ void check_indices(Launcher& launcher, const Tensor& indices, const IndexCheck& 
 
 template <class Launcher>
 void take(Launcher& launcher, const Tensor& x, const Tensor& indices, int axis, Tensor& out) {
-  AxisSplit split = split_at(x.shape(), axis);
+  AxisLines split = lines_along(x.shape(), axis);
   std::int64_t count = indices.size();
   dispatch_element_size(dtype_size(x.dtype()), [&](auto word_zero) {
     using Word = decltype(word_zero);
@@ -171,7 +161,7 @@ template <class Launcher>
 void take_gradient(Launcher& launcher, const Tensor& output_gradient, const Tensor& indices,
                    int axis, Tensor& input_gradient) {
   fill(launcher, input_gradient, 0.0);
-  AxisSplit split = split_at(input_gradient.shape(), axis);
+  AxisLines split = lines_along(input_gradient.shape(), axis);
   std::int64_t count = indices.size();
   dispatch_floating(output_gradient.dtype(), "take gradient", [&](auto zero) {
     using T = decltype(zero);

@@ -129,9 +129,7 @@ template <class Launcher>
 void arg_reduce(Launcher& launcher, bool largest, const Tensor& x, int axis, Tensor& out) {
   dispatch_numeric(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    std::int64_t outer = 1, reduced = x.shape()[axis], inner = 1;
-    for (int d = 0; d < axis; ++d) outer *= x.shape()[d];
-    for (int d = axis + 1; d < x.rank(); ++d) inner *= x.shape()[d];
+    auto [outer, reduced, inner] = lines_along(x.shape(), axis);
     launcher.for_each(outer * inner,
                       ArgReduceBody<T>{largest, static_cast<const T*>(x.raw_data()),
                                        static_cast<std::int64_t*>(out.raw_data()), reduced, inner});

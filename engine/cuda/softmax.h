@@ -40,7 +40,7 @@ struct SoftmaxGradientBody {
 
 template <class Launcher>
 void softmax(Launcher& launcher, const Tensor& x, int axis, bool log, Tensor& out) {
-  AxisSplit split = split_at(x.shape(), axis);
+  AxisLines split = lines_along(x.shape(), axis);
   if (split.length == 0) return;
   dispatch_floating(x.dtype(), "softmax", [&](auto zero) {
     using T = decltype(zero);
@@ -54,7 +54,7 @@ void softmax(Launcher& launcher, const Tensor& x, int axis, bool log, Tensor& ou
 template <class Launcher>
 void softmax_gradient(Launcher& launcher, const Tensor& y, const Tensor& output_gradient,
                       int axis, bool log, Tensor& input_gradient) {
-  AxisSplit split = split_at(y.shape(), axis);
+  AxisLines split = lines_along(y.shape(), axis);
   if (split.length == 0) return;
   dispatch_floating(y.dtype(), "softmax gradient", [&](auto zero) {
     using T = decltype(zero);

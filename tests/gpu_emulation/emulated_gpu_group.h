@@ -18,10 +18,8 @@ namespace keras::testing {
 class EmulatedGpuGroup final : public distribution::Communicator {
  public:
   explicit EmulatedGpuGroup(std::shared_ptr<distribution::Communicator> host)
-      : host_(std::move(host)), name_("emulated GPUs of " + host_->name()) {}
-  int size() const override { return host_->size(); }
-  int rank() const override { return host_->rank(); }
-  const std::string& name() const override { return name_; }
+      : Communicator("emulated GPUs of " + host->name(), host->rank(), host->size()),
+        host_(std::move(host)) {}
   bool accepts(Device device) const override {
     return gpu_emulation_active() && device == Device::gpu(0);
   }
@@ -50,10 +48,6 @@ class EmulatedGpuGroup final : public distribution::Communicator {
     if (!host_split) return nullptr;
     return std::make_shared<EmulatedGpuGroup>(std::move(host_split));
   }
-  using Communicator::all_gather;
-  using Communicator::all_reduce;
-  using Communicator::broadcast;
-  using Communicator::reduce_scatter;
   // As NCCL's groups: the host group leaves for both.
   void leave() override {}
 
@@ -66,7 +60,6 @@ class EmulatedGpuGroup final : public distribution::Communicator {
     return std::nullopt;
   }
   std::shared_ptr<distribution::Communicator> host_;
-  std::string name_;
 };
 
 }  // namespace keras::testing

@@ -1,5 +1,5 @@
-// Redistribution rules as autograd ops, under mpirun with 2 and 4 processes (issue 7, first
-// part). One table of (mesh, from, to) cases; each is checked three ways:
+// Redistribution rules as autograd ops, under mpirun with 2 and 4 processes.
+// One table of (mesh, from, to) cases; each is checked three ways:
 //   1. forward: this process's output is exactly its block of the global tensor under `to`;
 //   2. gradient: backward of the replicated objective L = sum(W * tanh(Y)) gives this process
 //      the block of dL/dX that its input placement calls for (the full gradient for Replicate
