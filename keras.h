@@ -17,6 +17,8 @@
 #include "layers/csv_logger.h"
 #include "layers/learning_rate_callbacks.h"
 #include "layers/dense.h"
+#include "layers/einsum_dense.h"
+#include "layers/multi_head_attention.h"
 #include "layers/model.h"
 #include "distribution/communicator.h"
 #include "distribution/device_mesh.h"

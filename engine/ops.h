@@ -3,6 +3,7 @@
 // beside the forward computation. Names and semantics follow keras.ops.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/random.h"
@@ -30,6 +31,9 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // exact erf form, as keras.ops.gelu(approximate=False)
+// The tanh form, as keras.ops.gelu(x, approximate=True) (keras.ops' default; the "gelu"
+// activation string is the exact form).
+Tensor gelu_approximate(const Tensor& x);
 Tensor silu(const Tensor& x);  // x * sigmoid(x), as keras.ops.silu
 Tensor logical_not(const Tensor& x);
 
@@ -67,6 +71,9 @@ Tensor argmin(const Tensor& x, std::int64_t axis = -1);
 // Linear algebra: a @ b over the last two axes. a of rank >= 2 with b of rank 2 multiplies
 // every row; two inputs of rank >= 3 need equal leading (batch) dimensions.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// Two-operand einsum as numpy.einsum reads it ("btd,dnh->btnh", "...b,bc->...c", implicit
+// outputs), lowered to one batched matmul; a letter must have one size in both operands.
+Tensor einsum(const std::string& equation, const Tensor& a, const Tensor& b);
 
 // Shapes. reshape shares the data; one dimension may be -1.
 Tensor reshape(const Tensor& x, const Shape& shape);

@@ -165,13 +165,30 @@ KERAS_HOST_DEVICE T sigmoid(T x) {
                 : std::exp(x) / (static_cast<T>(1) + std::exp(x));
 }
 
-// sqrt(1/2) and 1/sqrt(2*pi), to double precision.
+// sqrt(1/2), 1/sqrt(2*pi) and sqrt(2/pi), to double precision.
 inline constexpr double kSqrtHalf = 0.70710678118654752440084436210485;
 inline constexpr double kInverseSqrtTwoPi = 0.39894228040143267793994605993438;
+inline constexpr double kSqrtTwoOverPi = 0.79788456080286535587989211986876;
+inline constexpr double kGeluCubic = 0.044715;  // the tanh form's cubic coefficient
 
 template <typename T>
 KERAS_HOST_DEVICE T gelu(T x) {
   return static_cast<T>(0.5) * x * (static_cast<T>(1) + std::erf(x * static_cast<T>(kSqrtHalf)));
+}
+
+// The tanh form, keras.ops.gelu(approximate=True): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <typename T>
+KERAS_HOST_DEVICE T gelu_approximate(T x) {
+  T inner = static_cast<T>(kSqrtTwoOverPi) * (x + static_cast<T>(kGeluCubic) * x * x * x);
+  return T{0.5} * x * (T{1} + std::tanh(inner));
+}
+
+template <typename T>
+KERAS_HOST_DEVICE T gelu_approximate_derivative(T x) {
+  T inner = static_cast<T>(kSqrtTwoOverPi) * (x + static_cast<T>(kGeluCubic) * x * x * x);
+  T t = std::tanh(inner);
+  T inner_derivative = static_cast<T>(kSqrtTwoOverPi) * (T{1} + T{3} * static_cast<T>(kGeluCubic) * x * x);
+  return T{0.5} * (T{1} + t) + T{0.5} * x * (T{1} - t * t) * inner_derivative;
 }
 
 // NaN in, NaN out: a NaN must not vanish from the gradient either. Written as two selects,

@@ -27,6 +27,7 @@
   X(tanh, true, std::tanh(v))                               \
   X(sigmoid, true, scalar::sigmoid(v))                      \
   X(gelu, true, scalar::gelu(v))                            \
+  X(gelu_approximate, true, scalar::gelu_approximate(v))    \
   X(silu, true, v * scalar::sigmoid(v))
 
 #define KERAS_FUSED_UNARY_GRADIENTS(X)         \
@@ -34,6 +35,7 @@
   X(tanh, scalar::tanh_derivative(v))          \
   X(sigmoid, scalar::sigmoid_derivative(v))    \
   X(gelu, scalar::gelu_derivative(v))          \
+  X(gelu_approximate, scalar::gelu_approximate_derivative(v)) \
   X(silu, scalar::sigmoid(v) * (T{1} + v * (T{1} - scalar::sigmoid(v))))
 
 namespace keras {

@@ -214,3 +214,77 @@ Tensor LayerNormalization::call_sharded(const distribution::ShardingContext& con
 }
 
 }  // namespace keras::layers
+
+namespace keras::layers {
+
+Softmax::Softmax(std::int64_t axis, const std::string& name) : Layer("softmax", name), axis_(axis) {}
+
+Tensor Softmax::call(const Tensor& inputs, bool) { return ops::softmax(inputs, axis_); }
+
+Tensor Softmax::operator()(const Tensor& inputs, const Tensor& mask) {
+  return run_call([&] { return masked_softmax(inputs, mask, axis_); });
+}
+
+Tensor Softmax::masked_softmax(const Tensor& inputs, const Tensor& mask_in, std::int64_t axis) {
+  if (!mask_in.defined()) return ops::softmax(inputs, axis);
+  const Shape& shape = inputs.shape();
+  const Shape& mask_shape = mask_in.shape();
+  bool fits = mask_shape.size() <= shape.size();
+  for (std::size_t i = 1; fits && i <= mask_shape.size(); ++i) {
+    std::int64_t m = mask_shape[mask_shape.size() - i], d = shape[shape.size() - i];
+    fits = m == 1 || m == d;
+  }
+  if (!fits) {
+    throw ShapeError(str("Softmax: the mask must be broadcastable to the inputs and have no more "
+                         "dimensions; each mask dimension must be 1 or match the input's. Received: "
+                         "inputs.shape=", shape_to_string(shape), ", mask.shape=", shape_to_string(mask_shape)));
+  }
+  Tensor mask = mask_in.to(inputs.device());
+  if (mask.dtype() != DType::bool_) mask = ops::greater(mask, ops::scalar_like(mask, 0.5));
+  Tensor masked = ops::where(mask, inputs, ops::scalar_like(inputs, -1e9));
+  return ops::where(mask, ops::softmax(masked, axis), ops::scalar_like(inputs, 0.0));
+}
+
+Add::Add(const std::string& name) : Layer("add", name) {}
+
+Tensor Add::call(const Tensor&, bool) {
+  throw ValueError(str("Add '", name(), "' needs at least 2 inputs, got 1; call it with a list: add({x, y})"));
+}
+
+Tensor Add::operator()(const std::vector<Tensor>& inputs, bool) {
+  if (inputs.size() < 2) {
+    throw ValueError(str("Add '", name(), "' needs at least 2 inputs, got ", inputs.size()));
+  }
+  Tensor total = inputs[0];
+  for (std::size_t i = 1; i < inputs.size(); ++i) {
+    if (inputs[i].shape() != inputs[0].shape()) {
+      throw ShapeError(str("Add '", name(), "': input ", i, " has shape ", shape_to_string(inputs[i].shape()),
+                           " but input 0 has shape ", shape_to_string(inputs[0].shape()),
+                           "; every input must have the same shape"));
+    }
+    total = total + inputs[i];
+  }
+  return total;
+}
+
+RMSNormalization::RMSNormalization(double epsilon, const std::string& name)
+    : Layer("rms_normalization", name), epsilon_(epsilon) {
+  if (!(epsilon > 0)) throw ValueError(str("RMSNormalization: epsilon must be > 0, got ", epsilon));
+}
+
+void RMSNormalization::build(const Shape& input_shape) {
+  if (input_shape.empty()) throw ShapeError("RMSNormalization needs inputs of rank >= 1");
+  scale_ = add_weight("scale", {input_shape.back()}, initializers::ones());
+}
+
+Tensor RMSNormalization::call(const Tensor& inputs_in, bool) {
+  Tensor inputs = inputs_in.dtype() == scale_.dtype() ? inputs_in : ops::cast(inputs_in, scale_.dtype());
+  if (inputs.rank() == 0 || inputs.shape().back() != scale_.dim(0)) {
+    throw ShapeError(str("RMSNormalization '", name(), "' was built for a last dimension of ", scale_.dim(0),
+                         ", got inputs of shape ", shape_to_string(inputs.shape())));
+  }
+  Tensor mean_square = ops::mean(ops::square(inputs), {-1}, /*keepdims=*/true);
+  return inputs * ops::rsqrt(mean_square + epsilon_) * scale_;
+}
+
+}  // namespace keras::layers

@@ -1,5 +1,5 @@
-// Small layers without (or with simple) weights: Activation, Dropout, Flatten, Reshape,
-// Embedding, LayerNormalization — Keras' semantics and defaults.
+// Small layers without (or with simple) weights: Activation, Softmax, Add, Dropout, Flatten,
+// Reshape, Embedding, LayerNormalization, RMSNormalization — Keras' semantics and defaults.
 #pragma once
 #include <optional>
 
@@ -19,6 +19,30 @@ class Activation : public Layer {
  private:
   activations::ActivationFn activation_;
   bool elementwise_;
+};
+
+// Softmax along `axis`; with a mask (bool, or numbers kept where > 0.5, broadcastable to the
+// input and of no greater rank) as Keras 3: masked positions get -1e9 before the softmax and 0
+// after it, so that a fully masked line is zeros rather than uniform.
+class Softmax : public Layer {
+ public:
+  explicit Softmax(std::int64_t axis = -1, const std::string& name = "");
+  Tensor call(const Tensor& inputs, bool training) override;
+  Tensor operator()(const Tensor& inputs, const Tensor& mask);
+  using Layer::operator();
+  static Tensor masked_softmax(const Tensor& inputs, const Tensor& mask, std::int64_t axis);
+
+ private:
+  std::int64_t axis_;
+};
+
+// The sum of its inputs, all of one shape (keras.layers.Add): add({x, y}).
+class Add : public Layer {
+ public:
+  explicit Add(const std::string& name = "");
+  Tensor call(const Tensor& inputs, bool training) override;
+  Tensor operator()(const std::vector<Tensor>& inputs, bool training = false);
+  using Layer::operator();
 };
 
 // In training, zeroes each element with probability `rate` and scales the rest by
@@ -94,6 +118,21 @@ class LayerNormalization : public Layer {
   bool center_, scale_;
   Tensor gamma_, beta_;
   Tensor call_sharded(const distribution::ShardingContext& context, const Tensor& inputs);
+};
+
+// keras.layers.RMSNormalization (Keras 3.9): x * rsqrt(mean(x^2 over the last axis) + epsilon)
+// * scale, with `scale` (last dimension,) initialised to ones. Under ModelParallel its input is
+// gathered to the data layout (no sharding rule of its own yet).
+class RMSNormalization : public Layer {
+ public:
+  explicit RMSNormalization(double epsilon = 1e-6, const std::string& name = "");
+  void build(const Shape& input_shape) override;
+  Tensor call(const Tensor& inputs, bool training) override;
+  std::string class_name() const override { return "RMSNormalization"; }
+
+ private:
+  double epsilon_;
+  Tensor scale_;
 };
 
 }  // namespace keras::layers

@@ -43,44 +43,44 @@ Layer::Layer(const std::string& default_prefix, const std::string& name)
   }
 }
 
+Tensor Layer::place_output(Tensor outputs) {
+  if (!outputs.defined()) return outputs;
+  Shape shape = outputs.shape();
+  if (std::optional<distribution::ShardingContext> sharded = distribution::ShardingContext::current()) {
+    std::string output_path = path() + "/output";
+    if (distribution::TensorLayoutPtr layout = sharded->active->get_tensor_layout(output_path)) {
+      distribution::Sharding current = sharded->activation_sharding(outputs);
+      distribution::Sharding target =
+          sharded->activation_target(*layout, current, str("layer output '", output_path, "'"));
+      outputs = sharded->relayout(outputs, current, target);
+    }
+    shape = sharded->activation_sharding(outputs).global_shape();
+  }
+  output_shape_ = shape;
+  if (!output_shape_.empty()) output_shape_[0] = -1;
+  return outputs;
+}
+
+Tensor Layer::run_call(const std::function<Tensor()>& body) {
+  built_ = true;
+  return place_output(body());
+}
+
 Tensor Layer::operator()(const Tensor& inputs, bool training) {
   if (!inputs.defined()) throw ValueError(str("layer '", name_, "' was called on an undefined tensor"));
   std::optional<distribution::ShardingContext> sharded = distribution::ShardingContext::current();
-  auto note_output = [this](const Shape& shape) {
-    output_shape_ = shape;
-    if (!output_shape_.empty()) output_shape_[0] = -1;
-  };
-  if (!sharded) {
-    if (!built_) {
-      build(inputs.shape());
-      built_ = true;
-    }
-    Tensor outputs = call(inputs, training);
-    if (outputs.defined()) note_output(outputs.shape());
-    return outputs;
-  }
   Tensor local = inputs;
   gathered_input_ = false;
-  if (!accepts_sharded_inputs()) {
+  if (sharded && !accepts_sharded_inputs()) {
     std::optional<distribution::Sharding> given = distribution::sharding_of(inputs);
     gathered_input_ = given && !(*given == sharded->data_sharding(inputs.shape()));
     local = sharded->to_data_layout(inputs);
   }
   if (!built_) {
-    build(sharded->logical_shape(local));
+    build(sharded ? sharded->logical_shape(local) : local.shape());
     built_ = true;
   }
-  Tensor outputs = call(local, training);
-  if (!outputs.defined()) return outputs;
-  std::string output_path = path() + "/output";
-  if (distribution::TensorLayoutPtr layout = sharded->active->get_tensor_layout(output_path)) {
-    distribution::Sharding current = sharded->activation_sharding(outputs);
-    distribution::Sharding target =
-        sharded->activation_target(*layout, current, str("layer output '", output_path, "'"));
-    outputs = sharded->relayout(outputs, current, target);
-  }
-  note_output(sharded->activation_sharding(outputs).global_shape());
-  return outputs;
+  return place_output(call(local, training));
 }
 
 std::string Layer::class_name() const {

@@ -3,6 +3,7 @@
 // layers registers them with add_layer, which gives them their place in the path.
 #pragma once
 #include <concepts>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,8 +103,17 @@ class Layer {
   }
   void track(const LayerPtr& layer);
   void check_built(const char* what) const;
+  // For layers called with several inputs (MultiHeadAttention's query, value, key, mask): runs
+  // `body` as operator() runs call() (the layer is then built), moves its output to the
+  // LayoutMap's "<path>/output" layout when there is one and notes its shape. The body gets
+  // its inputs to whatever layout it needs itself.
+  Tensor run_call(const std::function<Tensor()>& body);
 
  private:
+  // Moves a call's output to "<path>/output"'s layout, when the LayoutMap has one, and notes
+  // its (global) shape.
+  Tensor place_output(Tensor outputs);
+
   std::string name_;
   std::string prefix_;
   std::string parent_path_;

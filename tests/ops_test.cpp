@@ -132,6 +132,41 @@ OpCase reduce_case(std::string name, std::function<Tensor(const Tensor&)> op, in
           }};
 }
 
+// numpy.einsum of two operands in float64, by visiting every assignment of the letters:
+// `spec` is "ab,bc->ac" with every letter named (no "..." and an explicit output).
+Values naive_einsum(const std::string& spec, const Inputs& in, const std::vector<Shape>& shapes) {
+  auto comma = spec.find(','), arrow = spec.find("->");
+  std::string terms[2] = {spec.substr(0, comma), spec.substr(comma + 1, arrow - comma - 1)};
+  std::string output = spec.substr(arrow + 2);
+  std::string letters;
+  std::map<char, std::int64_t> size;
+  for (int i = 0; i < 2; ++i) {
+    for (std::size_t d = 0; d < terms[i].size(); ++d) {
+      if (!size.count(terms[i][d])) letters += terms[i][d];
+      size[terms[i][d]] = shapes[i][d];
+    }
+  }
+  std::int64_t out_size = 1, total = 1;
+  for (char c : output) out_size *= size[c];
+  for (char c : letters) total *= size[c];
+  Values out(static_cast<std::size_t>(out_size), 0.0);
+  std::map<char, std::int64_t> at;
+  auto offset = [&](const std::string& term) {
+    std::int64_t flat = 0;
+    for (char c : term) flat = flat * size[c] + at[c];
+    return flat;
+  };
+  for (std::int64_t index = 0; index < total; ++index) {
+    std::int64_t rest = index;
+    for (auto c = letters.rbegin(); c != letters.rend(); ++c) {
+      at[*c] = rest % size[*c];
+      rest /= size[*c];
+    }
+    out[offset(output)] += in[0][offset(terms[0])] * in[1][offset(terms[1])];
+  }
+  return out;
+}
+
 Values naive_matmul(const Values& a, const Values& b, std::int64_t batch, std::int64_t m,
                     std::int64_t k, std::int64_t n, bool shared_b) {
   Values out(batch * m * n, 0.0);
@@ -190,6 +225,9 @@ std::vector<OpCase> all_cases() {
       }(),
       unary_case("gelu", ops::gelu,
                  [](double v) { return 0.5 * v * (1 + std::erf(v / std::numbers::sqrt2)); }),
+      unary_case("gelu_approximate", ops::gelu_approximate, [](double v) {
+        return 0.5 * v * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (v + 0.044715 * v * v * v)));
+      }),
       unary_case("silu", ops::silu, [](double v) { return v / (1 + std::exp(-v)); }),
       binary_case("add", ops::add, [](double a, double b) { return a + b; }, {2, 3}, {3}),
       binary_case("subtract", ops::subtract, [](double a, double b) { return a - b; },
@@ -246,6 +284,26 @@ std::vector<OpCase> all_cases() {
   cases.push_back({"matmul_batched", {{2, 3, 4}, {2, 4, 5}},
                    [](const auto& x) { return ops::matmul(x[0], x[1]); },
                    [](const Inputs& in, const auto&) { return naive_matmul(in[0], in[1], 2, 3, 4, 5, false); }});
+  // einsum: the contractions of EinsumDense and MultiHeadAttention (Keras' own equations),
+  // transposed operands, sums over a letter of one operand, "..." and implicit outputs.
+  auto einsum_case = [&](std::string name, std::string equation, std::string spelled_out,
+                         std::vector<Shape> shapes) {
+    cases.push_back({"einsum_" + name, shapes,
+                     [equation](const auto& x) { return ops::einsum(equation, x[0], x[1]); },
+                     [spelled_out](const Inputs& in, const std::vector<Shape>& s) {
+                       return naive_einsum(spelled_out, in, s);
+                     }});
+  };
+  einsum_case("dense", "abc,cd->abd", "abc,cd->abd", {{2, 3, 4}, {4, 5}});
+  einsum_case("query_projection", "abc,cde->abde", "abc,cde->abde", {{2, 3, 4}, {4, 2, 3}});
+  einsum_case("output_projection", "abcd,cde->abe", "abcd,cde->abe", {{2, 3, 2, 3}, {2, 3, 4}});
+  einsum_case("attention_scores", "aecd,abcd->acbe", "aecd,abcd->acbe", {{2, 4, 2, 3}, {2, 3, 2, 3}});
+  einsum_case("attention_combine", "acbe,aecd->abcd", "acbe,aecd->abcd", {{2, 2, 3, 4}, {2, 4, 2, 3}});
+  einsum_case("transposed_operands", "ki,jk->ij", "ki,jk->ij", {{4, 3}, {5, 4}});
+  einsum_case("sums_a_letter", "abc,cd->ad", "abc,cd->ad", {{2, 3, 4}, {4, 5}});
+  einsum_case("outer", "a,b->ab", "a,b->ab", {{3}, {4}});
+  einsum_case("ellipsis", "...b,bc->...c", "xyb,bc->xyc", {{2, 3, 4}, {4, 5}});
+  einsum_case("implicit_output", "ij,jk", "ij,jk->ik", {{3, 4}, {4, 2}});
   cases.push_back({"matmul_rank3_by_matrix", {{2, 3, 4}, {4, 5}},
                    [](const auto& x) { return ops::matmul(x[0], x[1]); },
                    [](const Inputs& in, const auto&) { return naive_matmul(in[0], in[1], 2, 3, 4, 5, true); }});
@@ -574,6 +632,27 @@ INSTANTIATE_TEST_SUITE_P(AllOps, OpTable,
 // Every op of engine/ops.h has a row here: a case named after it, or after it and an underscore
 // ("sum_axis1"). The exceptions are checked elsewhere, where the table's three checks do not
 // fit, and say where.
+TEST(Einsum, BadEquationsAreClearErrors) {
+  Tensor x = Tensor::zeros({2, 3, 4});
+  Tensor kernel = Tensor::zeros({4, 5});
+  using testing::expect_throw_with;
+  expect_throw_with<ValueError>([&] { ops::einsum("abc->abc", x, kernel); }, "exactly two operands");
+  expect_throw_with<ValueError>([&] { ops::einsum("abc,cd,de->ae", x, kernel); }, "exactly two operands");
+  expect_throw_with<ValueError>([&] { ops::einsum("ab1,cd->abd", x, kernel); }, "has '1' in operand 0");
+  expect_throw_with<ValueError>([&] { ops::einsum("ab,cd->abd", x, kernel); },
+                                "names 2 dimensions for operand 0 ('ab'), but it has shape (2, 3, 4)");
+  expect_throw_with<ValueError>([&] { ops::einsum("abc,cd->abq", x, kernel); }, "'q' in its output but in no operand");
+  expect_throw_with<ValueError>([&] { ops::einsum("abc,cd->aa", x, kernel); }, "repeats 'a' in its output");
+  expect_throw_with<ValueError>([&] { ops::einsum("abc,cd->ab->d", x, kernel); }, "more than one '->'");
+  // The kernel does not match the equation: 'c' is 4 in x but 5 in the kernel.
+  expect_throw_with<ShapeError>([&] { ops::einsum("abc,dc->abd", x, kernel); },
+                                "'c' is 4 in the first operand (shape (2, 3, 4)) but 5 in the second");
+  expect_throw_with<NotImplementedError>([&] { ops::einsum("aab,bc->ac", Tensor::zeros({3, 3, 4}), kernel); },
+                                         "repeats 'a' in one operand");
+  expect_throw_with<DTypeError>([&] { ops::einsum("ab,bc->ac", Tensor::zeros({2, 4}, int64), Tensor::zeros({4, 5}, int64)); },
+                                "float32 or float64");
+}
+
 TEST(OpTableCoverage, EveryOpInOpsHeaderHasARow) {
   const std::map<std::string, std::string> checked_elsewhere = {
       {"random", "engine_test's Random tests (a fixed function of the seed, with its moments)"},

@@ -183,6 +183,7 @@ Tensor tanh(const Tensor& x) { return fused_unary(UnaryOp::tanh, x); }
 Tensor sigmoid(const Tensor& x) { return fused_unary(UnaryOp::sigmoid, x); }
 Tensor relu(const Tensor& x) { return fused_unary(UnaryOp::relu, x); }
 Tensor gelu(const Tensor& x) { return fused_unary(UnaryOp::gelu, x); }
+Tensor gelu_approximate(const Tensor& x) { return fused_unary(UnaryOp::gelu_approximate, x); }
 Tensor silu(const Tensor& x) { return fused_unary(UnaryOp::silu, x); }
 Tensor logical_not(const Tensor& x) { return unary_forward(UnaryOp::logical_not, x); }
 

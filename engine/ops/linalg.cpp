@@ -17,16 +17,37 @@ Tensor matmul_kernel(const Tensor& a, const Tensor& b, bool transpose_a, bool tr
   return out;
 }
 
-Tensor matmul_recorded(const Tensor& a, const Tensor& b) {
-  Tensor out = matmul_kernel(a, b, false, false);
-  return record_gradient(out, "matmul", {a, b}, [a, b](const Tensor& g) {
+}  // namespace
+
+// out = op(a) @ op(b). The gradients are products of g with the other operand, each in the
+// orientation that needs no transposed copy:
+//   a @ b:   da = g @ bᵀ,   db = aᵀ @ g        a @ bᵀ:   da = g @ b,    db = gᵀ @ a
+//   aᵀ @ b:  da = b @ gᵀ,   db = a @ g         aᵀ @ bᵀ:  da = bᵀ @ gᵀ,  db = gᵀ @ aᵀ
+Tensor detail::matmul_transposed(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+  Tensor out = matmul_kernel(a, b, transpose_a, transpose_b);
+  return record_gradient(out, "matmul", {a, b}, [a, b, transpose_a, transpose_b](const Tensor& g) {
     bool need_a = a.requires_grad() || a.gradient_node();
     bool need_b = b.requires_grad() || b.gradient_node();
-    return std::vector<Tensor>{need_a ? matmul_kernel(g, b, false, true) : Tensor(),
-                               need_b ? matmul_kernel(a, g, true, false) : Tensor()};
+    Tensor da, db;
+    if (!transpose_a && !transpose_b) {
+      if (need_a) da = matmul_kernel(g, b, false, true);
+      if (need_b) db = matmul_kernel(a, g, true, false);
+    } else if (!transpose_a) {
+      if (need_a) da = matmul_kernel(g, b, false, false);
+      if (need_b) db = matmul_kernel(g, a, true, false);
+    } else if (!transpose_b) {
+      if (need_a) da = matmul_kernel(b, g, false, true);
+      if (need_b) db = matmul_kernel(a, g, false, false);
+    } else {
+      if (need_a) da = matmul_kernel(b, g, true, true);
+      if (need_b) db = matmul_kernel(g, a, true, true);
+    }
+    return std::vector<Tensor>{da, db};
   });
 }
 
+namespace {
+Tensor matmul_recorded(const Tensor& a, const Tensor& b) { return detail::matmul_transposed(a, b, false, false); }
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

@@ -33,6 +33,11 @@ inline void check_floating(const Tensor& x, const char* op) {
   }
 }
 
+// op(a) @ op(b) with its gradient, op a transpose of the last two axes where asked: a and b of
+// rank 2, or rank 3 with equal batch (checked by the caller). einsum uses it so that an
+// operand laid out as [.., k, m] needs no transposed copy.
+Tensor matmul_transposed(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b);
+
 // Sums a broadcast gradient back down to `shape` (the inverse of broadcasting).
 Tensor reduce_to_shape(const Tensor& gradient, const Shape& shape);
 

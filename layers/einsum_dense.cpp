@@ -1,0 +1,217 @@
+// EinsumDense layer (see the header): the equation checked once at construction, the weights'
+// shapes from the first input, Dense's sharded path with the equation's own labels.
+#include "layers/einsum_dense.h"
+
+#include <algorithm>
+
+#include "distribution/sharding_rules.h"
+#include "engine/errors.h"
+#include "engine/ops.h"
+
+namespace keras::layers {
+namespace {
+
+bool is_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+bool contains(const std::string& letters, char c) { return letters.find(c) != std::string::npos; }
+
+}  // namespace
+
+EinsumDense::EinsumDense(std::string equation, Shape output_shape, EinsumDenseOptions options)
+    : Layer("einsum_dense", options.name),
+      equation_(std::move(equation)),
+      output_shape_(std::move(output_shape)),
+      options_(std::move(options)),
+      activation_(activations::get(options_.activation)) {
+  std::string compact = equation_;
+  compact.erase(std::remove(compact.begin(), compact.end(), ' '), compact.end());
+  auto invalid = [&](const std::string& why) {
+    return ValueError(str("EinsumDense: invalid einsum equation '", equation_, "': ", why,
+                          ". Equations must be in the form [X],[Y]->[Z] or ...[X],[Y]->...[Z]"));
+  };
+  auto comma = compact.find(','), arrow = compact.find("->");
+  if (comma == std::string::npos || arrow == std::string::npos || arrow < comma ||
+      compact.find(',', comma + 1) != std::string::npos || compact.find("->", arrow + 2) != std::string::npos) {
+    throw invalid("expected one input, one kernel and an output");
+  }
+  x_term_ = compact.substr(0, comma);
+  kernel_term_ = compact.substr(comma + 1, arrow - comma - 1);
+  output_term_ = compact.substr(arrow + 2);
+  elided_ = x_term_.rfind("...", 0) == 0;
+  if (elided_ != (output_term_.rfind("...", 0) == 0)) {
+    throw invalid("'...' must lead both the input and the output, or neither");
+  }
+  if (elided_) {
+    x_term_ = x_term_.substr(3);
+    output_term_ = output_term_.substr(3);
+  }
+  for (const std::string* term : {&x_term_, &kernel_term_, &output_term_}) {
+    if (term->empty() && term != &output_term_) throw invalid("an operand names no dimension");
+    for (char c : *term) {
+      if (!is_letter(c)) throw invalid(str("'", std::string(1, c), "' is not a dimension letter"));
+      if (std::count(term->begin(), term->end(), c) > 1) {
+        throw invalid(str("'", std::string(1, c), "' appears twice in one term"));
+      }
+    }
+  }
+  for (char c : output_term_) {
+    if (!contains(x_term_, c) && !contains(kernel_term_, c)) {
+      throw invalid(str("the output's '", std::string(1, c), "' is in neither the input nor the kernel"));
+    }
+  }
+  for (char c : options_.bias_axes) {
+    if (!contains(output_term_, c)) {
+      throw ValueError(str("EinsumDense: bias dimension '", std::string(1, c), "' was requested, but is ",
+                           "not part of the output spec '", output_term_, "' of '", equation_, "'"));
+    }
+  }
+  const std::size_t named_outputs = output_term_.size() - (elided_ ? 0 : 1);
+  if (output_shape_.size() != named_outputs) {
+    throw ValueError(str("EinsumDense: output_shape ", shape_to_string(output_shape_), " has ",
+                         output_shape_.size(), " dimensions, but '", equation_, "' names ", named_outputs,
+                         " output dimensions besides the batch", elided_ ? " and '...'" : ""));
+  }
+  for (std::int64_t dim : output_shape_) {
+    if (dim < -1 || dim == 0) {
+      throw ValueError(str("EinsumDense: output_shape ", shape_to_string(output_shape_),
+                           " must hold positive sizes, or -1 where the input gives the size"));
+    }
+  }
+  if (!options_.kernel_initializer) options_.kernel_initializer = initializers::glorot_uniform();
+  if (!options_.bias_initializer) options_.bias_initializer = initializers::zeros();
+}
+
+EinsumDense::Terms EinsumDense::terms_for(int rank) const {
+  if (!elided_) {
+    if (rank != static_cast<int>(x_term_.size())) {
+      throw ShapeError(str("EinsumDense '", name(), "': '", equation_, "' expects inputs of rank ",
+                           x_term_.size(), ", got rank ", rank));
+    }
+    return {x_term_, kernel_term_, output_term_};
+  }
+  const int covered = rank - static_cast<int>(x_term_.size());
+  if (covered < 1) {
+    throw ShapeError(str("EinsumDense '", name(), "': '", equation_, "' expects inputs of rank >= ",
+                         x_term_.size() + 1, " (a batch dimension under '...'), got rank ", rank));
+  }
+  std::string leading;
+  for (char c = 'A'; c <= 'Z' && static_cast<int>(leading.size()) < covered; ++c) {
+    if (!contains(x_term_ + kernel_term_ + output_term_, c)) leading += c;
+  }
+  if (static_cast<int>(leading.size()) < covered) {
+    throw NotImplementedError(str("EinsumDense '", name(), "': '...' covers ", covered,
+                                  " dimensions, more than the free capital letters"));
+  }
+  return {leading + x_term_, kernel_term_, leading + output_term_};
+}
+
+Shape EinsumDense::compute_output_shape(const Shape& input_shape) const {
+  Terms terms = terms_for(static_cast<int>(input_shape.size()));
+  const std::size_t leading = terms.output.size() - output_shape_.size();  // batch (and "...")
+  Shape shape;
+  for (std::size_t d = 0; d < terms.output.size(); ++d) {
+    char c = terms.output[d];
+    auto in_x = terms.x.find(c);
+    std::int64_t given = d < leading ? -1 : output_shape_[d - leading];
+    if (in_x != std::string::npos) {
+      std::int64_t from_input = input_shape[in_x];
+      if (given != -1 && from_input != -1 && given != from_input) {
+        throw ValueError(str("EinsumDense '", name(), "': input shape and output shape do not match at ",
+                             "shared dimension '", std::string(1, c), "'. Input shape is ", from_input,
+                             ", and output shape is ", given));
+      }
+      shape.push_back(from_input);
+    } else {
+      if (given == -1) {
+        throw ValueError(str("EinsumDense '", name(), "': the output's dimension '", std::string(1, c),
+                             "' is not in the input, so output_shape must give its size, got -1 (None)"));
+      }
+      shape.push_back(given);
+    }
+  }
+  return shape;
+}
+
+void EinsumDense::build(const Shape& input_shape) {
+  Terms terms = terms_for(static_cast<int>(input_shape.size()));
+  Shape output = compute_output_shape(input_shape);
+  Shape kernel_shape;
+  for (char c : terms.kernel) {
+    if (auto at = terms.x.find(c); at != std::string::npos) {
+      kernel_shape.push_back(input_shape[at]);
+    } else if (auto out_at = terms.output.find(c); out_at != std::string::npos) {
+      kernel_shape.push_back(output[out_at]);
+    } else {
+      throw ValueError(str("EinsumDense '", name(), "': weight dimension '", std::string(1, c),
+                           "' did not have a match in either the input spec '", terms.x,
+                           "' or the output spec '", terms.output, "' of '", equation_, "'"));
+    }
+  }
+  kernel_ = add_weight("kernel", kernel_shape, options_.kernel_initializer);
+  if (!options_.bias_axes.empty()) {
+    // Keras' bias: from the first output dimension it names to the last, 1 where it is not named,
+    // so that it broadcasts against the trailing dimensions.
+    std::size_t first = terms.output.size();
+    for (char c : options_.bias_axes) first = std::min(first, terms.output.find(c));
+    Shape bias_shape;
+    bias_dims_.clear();
+    for (std::size_t d = first; d < terms.output.size(); ++d) {
+      bias_shape.push_back(contains(options_.bias_axes, terms.output[d]) ? output[d] : 1);
+      bias_dims_.push_back(static_cast<int>(d));
+    }
+    bias_ = add_weight("bias", bias_shape, options_.bias_initializer);
+  }
+}
+
+Tensor EinsumDense::call(const Tensor& inputs_in, bool) {
+  Tensor inputs = inputs_in.dtype() == kernel_.dtype() ? inputs_in : ops::cast(inputs_in, kernel_.dtype());
+  if (auto context = distribution::ShardingContext::current()) return call_sharded(*context, inputs);
+  Terms terms = terms_for(inputs.rank());
+  for (std::size_t d = 0; d < terms.x.size(); ++d) {
+    auto at = terms.kernel.find(terms.x[d]);
+    if (at != std::string::npos && inputs.dim(static_cast<int>(d)) != kernel_.dim(static_cast<int>(at))) {
+      throw ShapeError(str("EinsumDense '", name(), "' was built with a kernel of shape ",
+                           shape_to_string(kernel_.shape()), " ('", terms.kernel, "'), which does not fit "
+                           "inputs of shape ", shape_to_string(inputs.shape()), " ('", terms.x, "')"));
+    }
+  }
+  Tensor outputs = ops::einsum(terms.x + "," + terms.kernel + "->" + terms.output, inputs, kernel_);
+  if (bias_.defined()) outputs = outputs + bias_;
+  return activation_(outputs);
+}
+
+Tensor EinsumDense::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs) {
+  namespace rules = distribution::sharding_rules;
+  using distribution::Sharding;
+  Sharding x_sharding = context.activation_sharding(inputs);
+  Sharding kernel_sharding = distribution::variable_sharding(kernel_, context.mesh);
+  Terms terms = terms_for(static_cast<int>(x_sharding.global_shape().size()));
+  rules::OperationSharding product_rule =
+      rules::contraction({terms.x, terms.kernel, terms.output}, x_sharding, kernel_sharding);
+  Tensor product = ops::einsum(
+      terms.x + "," + terms.kernel + "->" + terms.output,
+      context.operand(inputs, x_sharding, product_rule.inputs[0], product_rule.output),
+      context.operand(kernel_, kernel_sharding, product_rule.inputs[1], product_rule.output));
+  product.set_annotation(nullptr);
+  // As Dense: the Partial sums go to the output layout's shard when the LayoutMap asks for one.
+  std::optional<Sharding> preferred;
+  if (auto layout = context.active->get_tensor_layout(path() + "/output")) {
+    preferred = context.activation_target(*layout, product_rule.output, str("layer output '", path(), "/output'"));
+  }
+  Sharding out_sharding = rules::resolved(product_rule.output, preferred ? &*preferred : nullptr);
+  Tensor outputs = distribution::redistribute(product, product_rule.output, out_sharding);
+  if (bias_.defined()) {
+    Sharding bias_sharding = distribution::variable_sharding(bias_, context.mesh);
+    rules::OperationSharding bias_rule = rules::broadcast(out_sharding, bias_sharding, bias_dims_);
+    outputs = outputs + context.operand(bias_, bias_sharding, bias_rule.inputs[1], out_sharding);
+  }
+  outputs = distribution::with_sharding(outputs, out_sharding);
+  if (!activations::is_elementwise(options_.activation)) {
+    const int last = static_cast<int>(terms.output.size()) - 1;
+    Sharding whole = rules::whole_along(out_sharding, last);
+    outputs = context.relayout(outputs, out_sharding, whole);
+    return distribution::with_sharding(activation_(outputs), whole);
+  }
+  return activation_(outputs);
+}
+
+}  // namespace keras::layers
