@@ -3,6 +3,7 @@
 
 #include "engine/errors.h"
 #include "distribution/sharding_rules.h"
+#include "layers/sharded_projection.h"
 #include "engine/ops.h"
 
 namespace keras::layers {
@@ -55,33 +56,9 @@ Tensor Dense::call_sharded(const distribution::ShardingContext& context, const T
                          x_sharding.to_string(), " (a batch dimension first is needed)"));
   }
   const int last = static_cast<int>(global.size()) - 1;
-  rules::OperationSharding product_rule = rules::contraction(
-      rules::Contraction::dense(last + 1), x_sharding, kernel_sharding);
-  Tensor product = ops::matmul(
-      context.operand(inputs, x_sharding, product_rule.inputs[0], product_rule.output),
-      context.operand(kernel_, kernel_sharding, product_rule.inputs[1], product_rule.output));
-  product.set_annotation(nullptr);
-  // The bias is added once, after the partial sums: into the output layout's shard when the
-  // LayoutMap asks for one (a reduce-scatter), replicated otherwise (an all-reduce).
-  std::optional<Sharding> preferred;
-  if (auto layout = context.active->get_tensor_layout(path() + "/output")) {
-    preferred = context.activation_target(*layout, product_rule.output, str("layer output '", path(), "/output'"));
-  }
-  Sharding out_sharding = rules::resolved(product_rule.output, preferred ? &*preferred : nullptr);
-  Tensor outputs = distribution::redistribute(product, product_rule.output, out_sharding);
-  if (bias_.defined()) {
-    Sharding bias_sharding = distribution::variable_sharding(bias_, context.mesh);
-    rules::OperationSharding bias_rule = rules::broadcast(out_sharding, bias_sharding, {last});
-    outputs = outputs + context.operand(bias_, bias_sharding, bias_rule.inputs[1], out_sharding);
-  }
-  outputs = distribution::with_sharding(outputs, out_sharding);
-  if (!activations::is_elementwise(activation_name_)) {
-    // softmax normalises over the last axis: it needs the whole of it.
-    Sharding whole = rules::whole_along(out_sharding, last);
-    outputs = context.relayout(outputs, out_sharding, whole);
-    return distribution::with_sharding(activation_(outputs), whole);
-  }
-  return activation_(outputs);
+  ShardedProjection projection{rules::Contraction::dense(last + 1), kernel_, bias_, {last}, path(),
+                               activation_name_, &activation_};
+  return sharded_projection(context, inputs, projection);
 }
 
 }  // namespace keras::layers

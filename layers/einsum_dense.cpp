@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "distribution/sharding_rules.h"
+#include "layers/sharded_projection.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
 
@@ -180,38 +180,10 @@ Tensor EinsumDense::call(const Tensor& inputs_in, bool) {
 }
 
 Tensor EinsumDense::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs) {
-  namespace rules = distribution::sharding_rules;
-  using distribution::Sharding;
-  Sharding x_sharding = context.activation_sharding(inputs);
-  Sharding kernel_sharding = distribution::variable_sharding(kernel_, context.mesh);
-  Terms terms = terms_for(static_cast<int>(x_sharding.global_shape().size()));
-  rules::OperationSharding product_rule =
-      rules::contraction({terms.x, terms.kernel, terms.output}, x_sharding, kernel_sharding);
-  Tensor product = ops::einsum(
-      terms.x + "," + terms.kernel + "->" + terms.output,
-      context.operand(inputs, x_sharding, product_rule.inputs[0], product_rule.output),
-      context.operand(kernel_, kernel_sharding, product_rule.inputs[1], product_rule.output));
-  product.set_annotation(nullptr);
-  // As Dense: the Partial sums go to the output layout's shard when the LayoutMap asks for one.
-  std::optional<Sharding> preferred;
-  if (auto layout = context.active->get_tensor_layout(path() + "/output")) {
-    preferred = context.activation_target(*layout, product_rule.output, str("layer output '", path(), "/output'"));
-  }
-  Sharding out_sharding = rules::resolved(product_rule.output, preferred ? &*preferred : nullptr);
-  Tensor outputs = distribution::redistribute(product, product_rule.output, out_sharding);
-  if (bias_.defined()) {
-    Sharding bias_sharding = distribution::variable_sharding(bias_, context.mesh);
-    rules::OperationSharding bias_rule = rules::broadcast(out_sharding, bias_sharding, bias_dims_);
-    outputs = outputs + context.operand(bias_, bias_sharding, bias_rule.inputs[1], out_sharding);
-  }
-  outputs = distribution::with_sharding(outputs, out_sharding);
-  if (!activations::is_elementwise(options_.activation)) {
-    const int last = static_cast<int>(terms.output.size()) - 1;
-    Sharding whole = rules::whole_along(out_sharding, last);
-    outputs = context.relayout(outputs, out_sharding, whole);
-    return distribution::with_sharding(activation_(outputs), whole);
-  }
-  return activation_(outputs);
+  Terms terms = terms_for(inputs.rank());
+  ShardedProjection projection{{terms.x, terms.kernel, terms.output}, kernel_, bias_, bias_dims_, path(),
+                               options_.activation, &activation_};
+  return sharded_projection(context, inputs, projection);
 }
 
 }  // namespace keras::layers

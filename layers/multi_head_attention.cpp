@@ -2,8 +2,10 @@
 // rank 3, and its mask rules.
 #include "layers/multi_head_attention.h"
 
+#include <array>
 #include <cmath>
 
+#include "distribution/sharding_rules.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
 
@@ -52,32 +54,21 @@ void MultiHeadAttention::create_sublayers(std::int64_t query_width) {
   dropout_ = add_layer(Dropout(options_.dropout, options_.seed, "dropout"));
 }
 
-Tensor MultiHeadAttention::combined_mask(const Tensor& query, const Tensor& value, const Tensor& attention_mask,
-                                         bool use_causal_mask) const {
-  const std::int64_t batch = query.dim(0), targets = query.dim(1), sources = value.dim(1);
-  Tensor mask;
-  if (attention_mask.defined()) {
-    const Shape& shape = attention_mask.shape();
-    bool fits = (shape.size() == 2 || shape.size() == 3) && shape[shape.size() - 2] == targets &&
-                shape.back() == sources && (shape.size() == 2 || shape[0] == batch || shape[0] == 1);
-    if (!fits) {
-      throw ShapeError(str("MultiHeadAttention '", name(), "': attention_mask has shape ", shape_to_string(shape),
-                           "; expected (batch, T, S) = (", batch, ", ", targets, ", ", sources, ") or (T, S) = (",
-                           targets, ", ", sources, ") for a query of shape ", shape_to_string(query.shape()),
-                           " and a value of shape ", shape_to_string(value.shape())));
-    }
-    mask = attention_mask.to(query.device());
-    if (mask.dtype() != DType::bool_) mask = ops::greater(mask, ops::scalar_like(mask, 0.5));
-    if (shape.size() == 2) mask = ops::expand_dims(mask, 0);
+Tensor MultiHeadAttention::checked_mask(const Shape& query, const Shape& value, const Tensor& attention_mask) const {
+  if (!attention_mask.defined()) return attention_mask;
+  const std::int64_t batch = query[0], targets = query[1], sources = value[1];
+  const Shape& shape = attention_mask.shape();
+  bool fits = (shape.size() == 2 || shape.size() == 3) && shape[shape.size() - 2] == targets &&
+              shape.back() == sources && (shape.size() == 2 || shape[0] == batch || shape[0] == 1);
+  if (!fits) {
+    throw ShapeError(str("MultiHeadAttention '", name(), "': attention_mask has shape ", shape_to_string(shape),
+                         "; expected (batch, T, S) = (", batch, ", ", targets, ", ", sources, ") or (T, S) = (",
+                         targets, ", ", sources, ") for a query of shape ", shape_to_string(query),
+                         " and a value of shape ", shape_to_string(value)));
   }
-  if (use_causal_mask) {
-    // Keras' causal mask: query position i attends to key positions j <= i, shape (1, T, S).
-    Tensor rows = ops::reshape(Tensor::arange(targets, int64), {1, targets, 1}).to(query.device());
-    Tensor columns = ops::reshape(Tensor::arange(sources, int64), {1, 1, sources}).to(query.device());
-    Tensor causal = ops::greater_equal(rows, columns);
-    mask = mask.defined() ? ops::logical_and(mask, causal) : causal;
-  }
-  return mask;
+  // (batch or 1, 1, T, S): broadcast over the heads.
+  return shape.size() == 2 ? ops::reshape(attention_mask, {1, 1, targets, sources})
+                           : ops::expand_dims(attention_mask, 1);
 }
 
 Tensor MultiHeadAttention::call(const Tensor& inputs, bool training) {
@@ -109,24 +100,76 @@ Tensor MultiHeadAttention::call(const Tensor& query, const Tensor& value, const 
   }
   std::optional<distribution::ShardingContext> sharded = distribution::ShardingContext::current();
   if (!query_) create_sublayers(sharded ? sharded->logical_shape(query).back() : query.shape().back());
-  Tensor mask = combined_mask(query, value, attention_mask, use_causal_mask);
+  // Shapes as one process sees the whole (the batch local): the mask is checked against them.
+  Shape query_shape = sharded ? sharded->logical_shape(query) : query.shape();
+  Shape value_shape = sharded ? sharded->logical_shape(value) : value.shape();
+  Tensor mask = checked_mask(query_shape, value_shape, attention_mask);
 
   Tensor projected_query = (*query_)(query, training);  // (B, T, N, key_dim)
   Tensor projected_key = (*key_)(key, training);        // (B, S, N, key_dim)
   Tensor projected_value = (*value_)(value, training);  // (B, S, N, value_dim)
-  if (sharded) {
-    // No heads-split rule yet (see the header): the attention runs on whole heads.
-    projected_query = sharded->to_data_layout(projected_query);
-    projected_key = sharded->to_data_layout(projected_key);
-    projected_value = sharded->to_data_layout(projected_value);
-  }
-  Tensor scaled_query = projected_query * (1.0 / std::sqrt(static_cast<double>(key_dim_)));
-  Tensor scores = ops::einsum("aecd,abcd->acbe", projected_key, scaled_query);  // (B, N, T, S)
-  Tensor probabilities = mask.defined() ? Softmax::masked_softmax(scores, ops::expand_dims(mask, 1), -1)
-                                        : ops::softmax(scores, -1);
-  probabilities = (*dropout_)(probabilities, training);
-  Tensor attended = ops::einsum("acbe,aecd->abcd", probabilities, projected_value);  // (B, T, N, value_dim)
+  Tensor attended = dot_product_attention(projected_query, projected_key, projected_value, mask,
+                                         1.0 / std::sqrt(static_cast<double>(key_dim_)), use_causal_mask,
+                                         dropout_.get(), training);  // (B, T, N, value_dim)
   return (*output_)(attended, training);
+}
+
+Tensor dot_product_attention(Tensor query, Tensor key, Tensor value, const Tensor& mask_in,
+                             std::optional<double> scale, bool is_causal, Dropout* dropout, bool training) {
+  for (const Tensor* input : {&query, &key, &value}) {
+    if (!input->defined() || input->rank() != 4) {
+      throw ShapeError(str("dot_product_attention: query, key and value must be (batch, sequence, heads, ",
+                           "head size), got ", input->defined() ? shape_to_string(input->shape()) : "undefined"));
+    }
+  }
+  std::optional<distribution::ShardingContext> sharded = distribution::ShardingContext::current();
+  {
+    // On the shapes one process sees as a whole: under ModelParallel each may hold other blocks.
+    Shape q = sharded ? sharded->logical_shape(query) : query.shape();
+    Shape k = sharded ? sharded->logical_shape(key) : key.shape();
+    Shape v = sharded ? sharded->logical_shape(value) : value.shape();
+    if (k[1] != v[1] || k[2] != q[2] || v[2] != q[2] || k[3] != q[3]) {
+      throw ShapeError(str("dot_product_attention: query ", shape_to_string(q), ", key ", shape_to_string(k),
+                           " and value ", shape_to_string(v), " must agree on the heads, key and value on the "
+                           "sequence, query and key on the head size"));
+    }
+  }
+  std::optional<distribution::sharding_rules::OperationSharding> rule;
+  if (sharded) {
+    // Heads are independent: each process attends with the heads its inputs hold (Megatron's
+    // split), after their other placements are gathered.
+    std::array<Tensor*, 3> inputs = {&query, &key, &value};
+    std::array<distribution::Sharding, 3> given = {sharded->activation_sharding(query),
+                                                   sharded->activation_sharding(key),
+                                                   sharded->activation_sharding(value)};
+    rule = distribution::sharding_rules::attention(given[0], given[1], given[2]);
+    for (std::size_t i = 0; i < 3; ++i) *inputs[i] = sharded->relayout(*inputs[i], given[i], rule->inputs[i]);
+  }
+  const double factor = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(query.dim(3)));
+  Tensor scores = ops::einsum("aecd,abcd->acbe", key, query * factor);  // (B, N, T, S)
+  Tensor mask = mask_in;
+  if (is_causal) {
+    const std::int64_t targets = query.dim(1), sources = key.dim(1);
+    Tensor rows = ops::reshape(Tensor::arange(targets, int64), {targets, 1}).to(query.device());
+    Tensor columns = ops::reshape(Tensor::arange(sources, int64), {1, sources}).to(query.device());
+    Tensor causal = ops::greater_equal(rows, columns);
+    if (mask.defined()) {
+      Tensor kept = mask.dtype() == DType::bool_ ? mask.to(query.device())
+                                                 : ops::greater(mask.to(query.device()), ops::scalar_like(mask, 0.5));
+      mask = ops::logical_and(kept, causal);
+    } else {
+      mask = causal;
+    }
+  }
+  Tensor probabilities = mask.defined() ? Softmax::masked_softmax(scores, mask, -1) : ops::softmax(scores, -1);
+  if (dropout != nullptr) {
+    // Dropout draws each process's block of the one-process mask from the scores' sharding.
+    if (rule) probabilities = distribution::with_sharding(probabilities, rule->inputs[3]);
+    probabilities = (*dropout)(probabilities, training);
+    probabilities.set_annotation(nullptr);
+  }
+  Tensor attended = ops::einsum("acbe,aecd->abcd", probabilities, value);  // (B, T, N, Hv)
+  return rule ? distribution::with_sharding(attended, rule->output) : attended;
 }
 
 }  // namespace keras::layers

@@ -6,9 +6,10 @@
 // dropout applies to the probabilities in training. Inputs are (batch, sequence, width);
 // attention_axes other than the sequence are not supported.
 //
-// Under ModelParallel the projections follow their kernels' layouts (EinsumDense's rule). The
-// attention itself has no heads-split rule yet: the projected query, key and value are moved
-// to the data layout first (correct for any layout, at the price of a gather).
+// Under ModelParallel the projections follow their kernels' layouts (EinsumDense's rule): with
+// the query/key/value kernels split on their heads axis each process attends with its heads
+// (sharding_rules::attention), and attention_output's kernel split on its heads axis sums the
+// heads' contributions in one all-reduce (row-parallel), Megatron's layout.
 #pragma once
 #include <optional>
 
@@ -27,6 +28,17 @@ struct MultiHeadAttentionOptions {
   std::optional<std::uint64_t> seed;                // of the dropout
   std::string name;
 };
+
+// keras.ops.dot_product_attention: softmax(query·key * scale, masked) · value for query (batch,
+// T, heads, head size) and key, value (batch, S, heads, head size); returns (batch, T, heads,
+// value head size). `mask` (true, or > 0.5, where a query position may attend to a key)
+// broadcasts to (batch, heads, T, S); is_causal adds Keras' causal mask; scale defaults to
+// 1/sqrt(head size) and multiplies the query. `dropout`, when given, drops probabilities in
+// training. Under ModelParallel each process attends with the heads its inputs hold
+// (sharding_rules::attention): the attention of a decoder block written with EinsumDense.
+Tensor dot_product_attention(Tensor query, Tensor key, Tensor value, const Tensor& mask = Tensor(),
+                             std::optional<double> scale = std::nullopt, bool is_causal = false,
+                             Dropout* dropout = nullptr, bool training = false);
 
 class MultiHeadAttention : public Layer {
  public:
@@ -53,9 +65,9 @@ class MultiHeadAttention : public Layer {
 
  private:
   void create_sublayers(std::int64_t query_width);
-  // The (1 or batch, T, S) bool mask: the given mask, and the causal one when asked.
-  Tensor combined_mask(const Tensor& query, const Tensor& value, const Tensor& attention_mask,
-                       bool use_causal_mask) const;
+  // The attention_mask checked against the query's and value's shapes (as one process sees
+  // them), as (batch or 1, 1, T, S) to broadcast over the heads.
+  Tensor checked_mask(const Shape& query, const Shape& value, const Tensor& attention_mask) const;
 
   std::int64_t num_heads_, key_dim_, value_dim_;
   MultiHeadAttentionOptions options_;

@@ -299,7 +299,12 @@ std::vector<OpCase> all_cases() {
   einsum_case("output_projection", "abcd,cde->abe", "abcd,cde->abe", {{2, 3, 2, 3}, {2, 3, 4}});
   einsum_case("attention_scores", "aecd,abcd->acbe", "aecd,abcd->acbe", {{2, 4, 2, 3}, {2, 3, 2, 3}});
   einsum_case("attention_combine", "acbe,aecd->abcd", "acbe,aecd->abcd", {{2, 2, 3, 4}, {2, 4, 2, 3}});
+  // The four orientations the matmul kernel reads without a copy: a @ b, a @ bᵀ, aᵀ @ b, aᵀ @ bᵀ.
+  einsum_case("plain_operands", "ik,kj->ij", "ik,kj->ij", {{3, 4}, {4, 5}});
+  einsum_case("transposed_second", "ik,jk->ij", "ik,jk->ij", {{3, 4}, {5, 4}});
+  einsum_case("transposed_first", "ki,kj->ij", "ki,kj->ij", {{4, 3}, {4, 5}});
   einsum_case("transposed_operands", "ki,jk->ij", "ki,jk->ij", {{4, 3}, {5, 4}});
+  einsum_case("batched_transposed_second", "bik,bjk->bij", "bik,bjk->bij", {{2, 3, 4}, {2, 5, 4}});
   einsum_case("sums_a_letter", "abc,cd->ad", "abc,cd->ad", {{2, 3, 4}, {4, 5}});
   einsum_case("outer", "a,b->ab", "a,b->ab", {{3}, {4}});
   einsum_case("ellipsis", "...b,bc->...c", "xyb,bc->xyc", {{2, 3, 4}, {4, 5}});

@@ -13,6 +13,7 @@
 #include "engine/gpu_runtime.h"
 #include "keras.h"
 #include "tests/gpu_emulation/emulated_gpu_group.h"
+#include "tests/mpi/model_parallel_table.h"
 #include "tests/test_helpers.h"
 
 namespace keras {
@@ -20,14 +21,8 @@ namespace {
 
 namespace kd = keras::distribution;
 using keras::testing::expect_throw_with;
+using namespace keras::model_parallel_table;
 
-int size() { return kd::num_processes(); }
-
-layers::DenseOptions named(const std::string& name) {
-  layers::DenseOptions options;
-  options.name = name;
-  return options;
-}
 
 // A small subclassed model: element-wise ops between layers, as users write them.
 class TwoLayerBlock : public Model {
@@ -45,17 +40,6 @@ class TwoLayerBlock : public Model {
   std::shared_ptr<layers::Dense> up_, down_;
 };
 
-struct Case {
-  std::string name;
-  // Mesh shape and axis names for a job of `processes` processes.
-  std::function<kd::DeviceMesh(int processes)> mesh;
-  std::function<void(kd::LayoutMap&)> layouts;
-  std::function<std::shared_ptr<Model>()> model;
-  bool integer_inputs = false;
-  std::string batch_dim_name = "";  // "": the mesh's first axis, as in Keras
-};
-
-void PrintTo(const Case& test, std::ostream* out) { *out << test.name; }
 
 std::shared_ptr<Model> mlp(bool dropout = false, bool layer_norm = false) {
   std::vector<AnyLayer> stack = {layers::Dense(16, "relu", named("hidden"))};
@@ -73,12 +57,8 @@ std::shared_ptr<Model> embedding_model() {
       "embedder");
 }
 
-kd::DeviceMesh model_axis(int processes) { return kd::DeviceMesh({1, processes}, {"batch", "model"}); }
-kd::DeviceMesh batch_by_model(int processes) {
-  return kd::DeviceMesh({2, processes / 2}, {"batch", "model"});
-}
 
-std::vector<Case> cases() {
+std::vector<Case> mlp_cases() {
   return {
       {"column_only", model_axis,
        [](kd::LayoutMap& map) {
@@ -167,6 +147,12 @@ std::vector<Case> cases() {
   };
 }
 
+std::vector<Case> cases() {
+  std::vector<Case> all = mlp_cases();
+  for (Case& transformer : transformer_cases()) all.push_back(std::move(transformer));
+  return all;
+}
+
 struct TrainingRun {
   std::vector<double> losses;
   std::vector<std::vector<double>> weights;  // whole, in variable order
@@ -176,8 +162,6 @@ struct TrainingRun {
   bool model_axes = false;  // whether a mesh axis other than the batch axis has several devices
 };
 
-constexpr int kSteps = 5;
-constexpr std::int64_t kBatch = 8;
 
 TrainingRun train(const Case& test, bool sharded) {
   clear_session();
