@@ -94,7 +94,8 @@ std::vector<std::int64_t> normalized_indices(const Tensor& indices, std::int64_t
 }  // namespace
 
 void take(const Tensor& x, const Tensor& indices, int axis, Tensor& out) {
-  auto [outer, length, inner] = lines_along(x.shape(), axis);
+  const AxisLines lines = lines_along(x.shape(), axis);
+  const std::int64_t outer = lines.outer, length = lines.length, inner = lines.inner;
   std::vector<std::int64_t> index = normalized_indices(indices, length);
   std::int64_t count = static_cast<std::int64_t>(index.size());
   std::size_t row_bytes = static_cast<std::size_t>(inner) * dtype_size(x.dtype());
@@ -113,7 +114,8 @@ void take(const Tensor& x, const Tensor& indices, int axis, Tensor& out) {
 void take_gradient(const Tensor& output_gradient, const Tensor& indices, int axis,
                    Tensor& input_gradient) {
   fill(input_gradient, 0.0);
-  auto [outer, length, inner] = lines_along(input_gradient.shape(), axis);
+  const AxisLines lines = lines_along(input_gradient.shape(), axis);
+  const std::int64_t outer = lines.outer, length = lines.length, inner = lines.inner;
   std::vector<std::int64_t> index = normalized_indices(indices, length);
   std::int64_t count = static_cast<std::int64_t>(index.size());
   dispatch_floating(output_gradient.dtype(), "take gradient", [&](auto zero) {

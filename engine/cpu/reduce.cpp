@@ -103,7 +103,8 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int>& axes, Tensor& 
 void arg_reduce(bool largest, const Tensor& x, int axis, Tensor& out) {
   dispatch_numeric(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    auto [outer, reduced, inner] = lines_along(x.shape(), axis);
+    const AxisLines lines = lines_along(x.shape(), axis);
+    const std::int64_t outer = lines.outer, reduced = lines.length, inner = lines.inner;
     const T* in = static_cast<const T*>(x.raw_data());
     auto* result = static_cast<std::int64_t*>(out.raw_data());
     parallel_for(outer * inner, std::max<std::int64_t>(1, kParallelGrain / reduced),

@@ -129,7 +129,8 @@ template <class Launcher>
 void arg_reduce(Launcher& launcher, bool largest, const Tensor& x, int axis, Tensor& out) {
   dispatch_numeric(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    auto [outer, reduced, inner] = lines_along(x.shape(), axis);
+    const AxisLines lines = lines_along(x.shape(), axis);
+    const std::int64_t outer = lines.outer, reduced = lines.length, inner = lines.inner;
     launcher.for_each(outer * inner,
                       ArgReduceBody<T>{largest, static_cast<const T*>(x.raw_data()),
                                        static_cast<std::int64_t*>(out.raw_data()), reduced, inner});
