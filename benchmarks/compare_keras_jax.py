@@ -7,6 +7,12 @@ Two measurements, each interleaved round after round with ours and reported as m
                  hand-written jax.jit step (forward, value_and_grad, Adam, buffers donated) and
                  Keras `fit` on JAX; at 1 thread (taskset -c 0) and 2 threads (taskset -c 0,1),
                  since XLA's own thread flags do not limit its threads on this machine.
+  transformer    one training step of examples/transformer_lm's byte-level GPT (4 blocks, width
+                 256, 4 heads, context 128, batch 16; Keras MultiHeadAttention, pre-norm blocks,
+                 GELU feed-forward): ours (transformer_step) beside the same model in Keras on
+                 JAX as a jitted stateless step (model.stateless_call, jax.value_and_grad,
+                 Adam's stateless_apply, buffers donated), at 1 and 2 threads; then ours on 2
+                 processes, ModelParallel beside DataParallel.
   data-parallel  the same step on P processes, global batch 128: ours under mpirun
                  (data_parallel_step, with its unsynchronised step beside it) and Keras
                  DataParallel(auto_shard_dataset=False) on JAX's distributed runtime with gloo
@@ -17,7 +23,7 @@ Keras and JAX come from PyPI, pinned, in a virtual environment of this script's 
 (--venv, created on first use); the tests never need it.
 
   compare_keras_jax.py [--build DIR] [--threads 1,2] [--processes 2] [--rounds 5]
-                       [--only step|data-parallel] [--venv DIR]
+                       [--only step|data-parallel|transformer] [--venv DIR]
 """
 import argparse
 import json
@@ -47,11 +53,12 @@ def parse_arguments():
                         help="process counts of the data-parallel step (default 2)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per measurement")
-    parser.add_argument("--only", choices=("step", "data-parallel"))
+    parser.add_argument("--only", choices=("step", "data-parallel", "transformer"))
     parser.add_argument("--venv", default=DEFAULT_VENV,
                         help=f"virtual environment for Keras + JAX (default {DEFAULT_VENV})")
     # Internal: a child that times JAX and prints one JSON line.
-    parser.add_argument("--jax-worker", choices=("jit", "fit", "data-parallel"), help=argparse.SUPPRESS)
+    parser.add_argument("--jax-worker", choices=("jit", "fit", "data-parallel", "transformer"),
+                        help=argparse.SUPPRESS)
     parser.add_argument("--process-id", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--coordinator", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
@@ -179,9 +186,77 @@ def data_parallel_worker(steps, process_id, processes, coordinator):
     return timed_fit(keras_model(), inputs[mine], labels[mine], local, steps)
 
 
+TRANSFORMER = {"blocks": 4, "width": 256, "heads": 4, "context": 128, "batch": 16}
+
+
+def transformer_worker(steps):
+    """examples/transformer_lm's model in Keras, trained by a jitted stateless step."""
+    import jax
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(42)
+    width, heads, context = TRANSFORMER["width"], TRANSFORMER["heads"], TRANSFORMER["context"]
+
+    class PositionEmbedding(keras.layers.Layer):  # keras_hub.layers.PositionEmbedding's maths
+        def build(self, input_shape):
+            self.embeddings = self.add_weight(shape=(context, input_shape[-1]), initializer="glorot_uniform",
+                                              name="embeddings")
+
+        def call(self, inputs):
+            return keras.ops.broadcast_to(self.embeddings[: keras.ops.shape(inputs)[1]], keras.ops.shape(inputs))
+
+    tokens = keras.Input((context,), dtype="int32")
+    x = keras.layers.Embedding(256, width, name="token_embedding")(tokens)
+    x = x + PositionEmbedding(name="position_embedding")(x)
+    for _ in range(TRANSFORMER["blocks"]):
+        normed = keras.layers.LayerNormalization(epsilon=1e-5)(x)
+        x = x + keras.layers.MultiHeadAttention(heads, width // heads)(normed, normed, use_causal_mask=True)
+        normed = keras.layers.LayerNormalization(epsilon=1e-5)(x)
+        x = x + keras.layers.Dense(width)(keras.layers.Dense(4 * width, activation="gelu")(normed))
+    logits = keras.layers.Dense(256)(keras.layers.LayerNormalization(epsilon=1e-5)(x))
+    model = keras.Model(tokens, logits)
+    optimizer = keras.optimizers.Adam(LEARNING_RATE)
+    optimizer.build(model.trainable_variables)
+    loss_function = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def compute_loss(trainable, non_trainable, inputs, labels):
+        predictions, non_trainable = model.stateless_call(trainable, non_trainable, inputs, training=True)
+        return loss_function(labels, predictions), non_trainable
+
+    gradient_of = jax.value_and_grad(compute_loss, has_aux=True)
+
+    def step(state, inputs, labels):
+        trainable, non_trainable, optimizer_variables = state
+        (loss, non_trainable), gradients = gradient_of(trainable, non_trainable, inputs, labels)
+        trainable, optimizer_variables = optimizer.stateless_apply(optimizer_variables, gradients, trainable)
+        return loss, (trainable, non_trainable, optimizer_variables)
+
+    step = jax.jit(step, donate_argnums=(0,))
+    generator = np.random.default_rng(7)
+    sequences = generator.integers(0, 256, size=(TRANSFORMER["batch"], context + 1)).astype(np.int32)
+    inputs, labels = jax.numpy.asarray(sequences[:, :-1]), jax.numpy.asarray(sequences[:, 1:])
+    state = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables],
+             [v.value for v in optimizer.variables])
+    for _ in range(3):
+        loss, state = step(state, inputs, labels)
+        float(loss)
+    durations = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        loss, state = step(state, inputs, labels)
+        float(loss)
+        durations.append(time.perf_counter() - started)
+    milliseconds = 1e3 * statistics.median(durations)
+    return {"ms_per_step": milliseconds, "final_loss": float(loss),
+            "tokens_per_second": TRANSFORMER["batch"] * context / milliseconds * 1e3}
+
+
 def run_worker(arguments):
     if arguments.jax_worker == "jit":
         result = jit_worker(arguments.steps)
+    elif arguments.jax_worker == "transformer":
+        result = transformer_worker(arguments.steps)
     elif arguments.jax_worker == "fit":
         result = fit_worker(arguments.steps)
     else:
@@ -291,6 +366,61 @@ def measure_keras_data_parallel(python, processes, steps):
     return {"ms_per_step": max(result["ms_per_step"] for result in results), **results[0]}
 
 
+def transformer_flags():
+    return ["--blocks", str(TRANSFORMER["blocks"]), "--width", str(TRANSFORMER["width"]), "--heads",
+            str(TRANSFORMER["heads"]), "--context", str(TRANSFORMER["context"]), "--batch-size",
+            str(TRANSFORMER["batch"])]
+
+
+def measure_our_transformer(build, threads, steps):
+    binary = os.path.join(build, "benchmarks", "transformer_step")
+    command = [binary, "--json", "--only", "none", "--steps", str(steps), *transformer_flags()]
+    result = subprocess.run(pinned(cores_for(threads), command),
+                            env=dict(os.environ, KERAS_NUM_THREADS=str(threads)), capture_output=True, text=True)
+    return last_json(result, "transformer_step")
+
+
+def measure_our_transformer_processes(build, processes, steps):
+    binary = os.path.join(build, "benchmarks", "transformer_step")
+    command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(processes), "--bind-to", "core",
+               "-x", "KERAS_NUM_THREADS=1", binary, "--json", "--steps", str(steps), *transformer_flags()]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"transformer_step under mpirun failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def compare_transformer(arguments, python):
+    steps = max(5, arguments.steps // 3)
+    rows = []
+    for threads in arguments.thread_counts:
+        ours, jax_times, utilisation = [], [], []
+        for round_index in range(arguments.rounds):
+            for which in (("ours", "jax") if round_index % 2 == 0 else ("jax", "ours")):
+                if which == "ours":
+                    result = measure_our_transformer(arguments.build, threads, steps)
+                    ours.append(result["step_ms"])
+                    utilisation.append(result["mfu"])
+                else:
+                    jax_times.append(measure_jax(python, "transformer", threads, steps)["ms_per_step"])
+            print(f"  transformer, {threads} thread(s), round {round_index + 1}: ours {ours[-1]:.1f} ms "
+                  f"(MFU {100 * utilisation[-1]:.0f}%), Keras+JAX jitted {jax_times[-1]:.1f} ms", flush=True)
+        rows.append((threads, median(ours), median(jax_times), median(utilisation)))
+    tokens = TRANSFORMER["batch"] * TRANSFORMER["context"]
+    print_markdown(["threads", "keras-cpp ms/step", "tokens/s", "MFU (FMA roof)", "Keras+JAX jitted ms/step",
+                    "ours / Keras+JAX"],
+                   [[f"{threads}", f"{ours:.1f}", f"{tokens / ours * 1e3:.0f}", f"{100 * mfu:.0f}%",
+                     f"{jax_ms:.1f}", f"{ours / jax_ms:.2f}"] for threads, ours, jax_ms, mfu in rows])
+    for processes in arguments.process_counts:
+        by_mode = {}
+        for _ in range(arguments.rounds):
+            for result in measure_our_transformer_processes(arguments.build, processes, steps):
+                by_mode.setdefault(result["mode"], []).append(result["step_ms"])
+        print_markdown(["processes", "mode", "keras-cpp ms/step", "tokens/s"],
+                       [[f"{processes}", mode, f"{median(times):.1f}", f"{tokens / median(times) * 1e3:.0f}"]
+                        for mode, times in by_mode.items()])
+
+
 def print_markdown(header, rows):
     """A table as README.md holds them."""
     print()
@@ -358,7 +488,7 @@ def main():
     if arguments.jax_worker:
         run_worker(arguments)
         return
-    for name in ("training_step_benchmark", "data_parallel_step"):
+    for name in ("training_step_benchmark", "data_parallel_step", "transformer_step"):
         path = os.path.join(arguments.build, "benchmarks", name)
         if not os.access(path, os.X_OK):
             sys.exit(f"{path} is not an executable: build the benchmarks into --build first")
@@ -371,6 +501,8 @@ def main():
         compare_step(arguments, python)
     if arguments.only in (None, "data-parallel"):
         compare_data_parallel(arguments, python)
+    if arguments.only in (None, "transformer"):
+        compare_transformer(arguments, python)
 
 
 if __name__ == "__main__":

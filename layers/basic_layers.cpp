@@ -288,3 +288,37 @@ Tensor RMSNormalization::call(const Tensor& inputs_in, bool) {
 }
 
 }  // namespace keras::layers
+
+namespace keras::layers {
+
+PositionEmbedding::PositionEmbedding(std::int64_t sequence_length, initializers::InitializerPtr initializer,
+                                     const std::string& name)
+    : Layer("position_embedding", name),
+      sequence_length_(sequence_length),
+      initializer_(initializer ? std::move(initializer) : initializers::glorot_uniform()) {
+  if (sequence_length <= 0) {
+    throw ValueError(str("PositionEmbedding: sequence_length must be positive, got ", sequence_length));
+  }
+}
+
+void PositionEmbedding::build(const Shape& input_shape) {
+  if (input_shape.size() < 2) {
+    throw ShapeError(str("PositionEmbedding '", name(), "' needs inputs of shape (batch, sequence, features), got ",
+                         shape_to_string(input_shape)));
+  }
+  embeddings_ = add_weight("embeddings", {sequence_length_, input_shape.back()}, initializer_);
+}
+
+Tensor PositionEmbedding::call(const Tensor& inputs, bool) {
+  if (inputs.rank() < 2 || inputs.shape().back() != embeddings_.dim(1) ||
+      inputs.dim(inputs.rank() - 2) > sequence_length_) {
+    throw ShapeError(str("PositionEmbedding '", name(), "' holds ", sequence_length_, " positions of ",
+                         embeddings_.dim(1), " features; got inputs of shape ", shape_to_string(inputs.shape()),
+                         " (expected (batch, at most ", sequence_length_, ", ", embeddings_.dim(1), "))"));
+  }
+  const std::int64_t length = inputs.dim(inputs.rank() - 2);
+  Tensor positions = ops::slice(embeddings_, {0, 0}, {length, embeddings_.dim(1)});
+  return ops::broadcast_to(positions, inputs.shape());
+}
+
+}  // namespace keras::layers

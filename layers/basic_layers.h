@@ -120,6 +120,23 @@ class LayerNormalization : public Layer {
   Tensor call_sharded(const distribution::ShardingContext& context, const Tensor& inputs);
 };
 
+// keras_hub.layers.PositionEmbedding: a learned (sequence_length, features) table whose first T
+// rows, broadcast to the input's shape (batch, T, features), are the positions' embeddings; add
+// them to the token embeddings. Its input is only read for its shape.
+class PositionEmbedding : public Layer {
+ public:
+  explicit PositionEmbedding(std::int64_t sequence_length, initializers::InitializerPtr initializer = nullptr,
+                             const std::string& name = "");
+  void build(const Shape& input_shape) override;
+  Tensor call(const Tensor& inputs, bool training) override;
+  const Tensor& embeddings() const { return embeddings_; }
+
+ private:
+  std::int64_t sequence_length_;
+  initializers::InitializerPtr initializer_;
+  Tensor embeddings_;
+};
+
 // keras.layers.RMSNormalization (Keras 3.9): x * rsqrt(mean(x^2 over the last axis) + epsilon)
 // * scale, with `scale` (last dimension,) initialised to ones. Under ModelParallel its input is
 // gathered to the data layout (no sharding rule of its own yet).

@@ -15,7 +15,7 @@ for argument in "$@"; do
   esac
 done
 packages=(cmake g++ make pkg-config libeigen3-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev
-          libgtest-dev libbenchmark-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libpcre2-dev libgloo-dev libssl-dev
+          libgtest-dev libbenchmark-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libpcre2-dev libgloo-dev libssl-dev fortunes
           clang-14 libclang-rt-14-dev libomp-14-dev)
 if [ "$plots" = 1 ]; then packages+=(python3-matplotlib); fi
 missing=()

@@ -1,0 +1,173 @@
+// One training step of examples/transformer_lm's byte-level GPT (forward, sparse cross-entropy
+// from logits over every position, backward, Adam), as ms/step, tokens/s and model FLOPs
+// utilisation against the FMA roof of the same threads measured in the same run. Under
+// `mpirun -np P` it times the step under DataParallel and under ModelParallel (keras-hub's
+// Gemma map on a 1 x P mesh) one after the other, the global batch the same. compare_keras_jax.py
+// runs it beside the same model in Keras 3 + JAX.
+//   [mpirun -np P] transformer_step [--steps N] [--warmup N] [--batch-size N] [--blocks N]
+//                  [--width N] [--heads N] [--context N] [--only none|data_parallel|model_parallel]
+//                  [--json]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "benchmarks/fma_roof.h"
+#include "examples/transformer_lm/byte_gpt.h"
+#include "keras.h"
+
+namespace {
+
+namespace kd = keras::distribution;
+
+struct Options {
+  int steps = 10;
+  int warmup = 3;
+  std::int64_t batch_size = 16;
+  byte_gpt::Config model;
+  std::string only;
+  bool json = false;
+};
+
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--json") {
+      options.json = true;
+      continue;
+    }
+    if (i + 1 >= argc) throw keras::ValueError(flag + " needs a value");
+    std::string text = argv[++i];
+    if (flag == "--only") {
+      if (text != "none" && text != "data_parallel" && text != "model_parallel") {
+        throw keras::ValueError("--only must be none, data_parallel or model_parallel, got '" + text + "'");
+      }
+      options.only = text;
+      continue;
+    }
+    char* end = nullptr;
+    long value = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || value < 1) {
+      throw keras::ValueError(flag + " needs a positive integer, got '" + text + "'");
+    }
+    if (flag == "--steps") options.steps = static_cast<int>(value);
+    else if (flag == "--warmup") options.warmup = static_cast<int>(value);
+    else if (flag == "--batch-size") options.batch_size = value;
+    else if (flag == "--blocks") options.model.blocks = value;
+    else if (flag == "--width") options.model.width = value;
+    else if (flag == "--heads") options.model.heads = value;
+    else if (flag == "--context") options.model.context = value;
+    else throw keras::ValueError("unknown flag " + flag);
+  }
+  return options;
+}
+
+// GFLOP/s of the FMA chains on every thread of the engine's pool at once (median of 5).
+double fma_roof_gflops() {
+#if defined(__x86_64__)
+  constexpr std::int64_t kRounds = 1 << 22;
+  const int threads = keras::num_threads();
+  std::vector<double> rates;
+  for (int repeat = 0; repeat < 5; ++repeat) {
+    auto begin = std::chrono::steady_clock::now();
+    volatile double sink = 0;
+    keras::parallel_for(threads, 1, [&](std::int64_t first, std::int64_t last) {
+      for (std::int64_t part = first; part < last; ++part) sink = sink + keras_benchmarks::fma_chains(kRounds);
+    });
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    rates.push_back(keras_benchmarks::kFmaChainFlops * static_cast<double>(kRounds) * threads / seconds / 1e9);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+#else
+  return 0;
+#endif
+}
+
+// Median seconds per step over the processes' slowest, after warm-up steps.
+double time_steps(keras::Model& model, const keras::Tensor& x, const keras::Tensor& y, const Options& options) {
+  for (int i = 0; i < options.warmup; ++i) model.train_on_batch(x, y);
+  std::vector<double> seconds;
+  for (int i = 0; i < options.steps; ++i) {
+    auto begin = std::chrono::steady_clock::now();
+    model.train_on_batch(x, y);
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    keras::Tensor slowest = keras::Tensor::from_vector<double>({elapsed}, {1});
+    kd::world().all_reduce(slowest, kd::ReduceOperation::max);
+    seconds.push_back(slowest.item());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Options options = parse(argc, argv);
+    kd::initialize();
+    const int processes = kd::num_processes();
+    const bool leader = kd::process_id() == 0;
+    if (options.batch_size % processes != 0) {
+      throw keras::ValueError("--batch-size must be divisible by the number of processes");
+    }
+    const std::int64_t context = options.model.context;
+    std::mt19937_64 random(7);
+    std::uniform_int_distribution<std::int64_t> byte(0, 255);
+    std::vector<std::int64_t> tokens(static_cast<std::size_t>(options.batch_size * (context + 1)));
+    for (auto& token : tokens) token = byte(random);
+    keras::Tensor sequences = keras::Tensor::from_vector<std::int64_t>(tokens, {options.batch_size, context + 1});
+    keras::Tensor x = keras::ops::slice(sequences, {0, 0}, {options.batch_size, context});
+    keras::Tensor y = keras::ops::slice(sequences, {0, 1}, {options.batch_size, context});
+    const double roof = fma_roof_gflops();
+    const double flops = byte_gpt::training_step_flops(options.model, options.batch_size, context);
+
+    std::vector<std::string> modes;
+    if (processes == 1) modes = {"none"};
+    else modes = {"data_parallel", "model_parallel"};
+    if (!options.only.empty()) modes = {options.only};
+    for (const std::string& mode : modes) {
+      keras::clear_session();
+      keras::set_random_seed(42);
+      if (mode == "data_parallel") {
+        kd::set_distribution(std::make_shared<kd::DataParallel>());
+      } else if (mode == "model_parallel") {
+        auto mesh = std::make_shared<kd::DeviceMesh>(std::vector<std::int64_t>{1, processes},
+                                                     std::vector<std::string>{"batch", "model"});
+        kd::set_distribution(std::make_shared<kd::ModelParallel>(byte_gpt::gemma_layout_map(mesh)));
+      } else if (processes > 1) {
+        throw keras::ValueError("--only none runs on one process; start it without mpirun");
+      }
+      byte_gpt::BytePredictor model(options.model);
+      model.compile(keras::optimizers::Adam(1e-3), keras::losses::SparseCategoricalCrossentropy(true));
+      double step = time_steps(model, x, y, options);
+      kd::set_distribution(nullptr);
+      if (!leader) continue;
+      const double tokens_per_second = static_cast<double>(options.batch_size * context) / step;
+      // Utilisation of every process's threads together: the job's FLOPs over the job's roof.
+      const double utilisation = roof > 0 ? flops / step / 1e9 / (roof * processes) : 0;
+      if (options.json) {
+        std::printf("{\"mode\": \"%s\", \"processes\": %d, \"threads\": %d, \"batch\": %lld, \"context\": %lld, "
+                    "\"step_ms\": %.3f, \"tokens_per_second\": %.1f, \"model_gflop_per_step\": %.3f, "
+                    "\"fma_roof_gflops\": %.2f, \"mfu\": %.4f}\n",
+                    mode.c_str(), processes, keras::num_threads(), static_cast<long long>(options.batch_size),
+                    static_cast<long long>(context), step * 1e3, tokens_per_second, flops / 1e9, roof, utilisation);
+      } else {
+        std::printf("%s on %d process(es) x %d thread(s), batch %lld x %lld bytes: %.1f ms/step, %.0f tokens/s, "
+                    "%.2f GFLOP/step, MFU %.1f%% of the FMA roof (%.1f GFLOP/s a process)\n",
+                    mode.c_str(), processes, keras::num_threads(), static_cast<long long>(options.batch_size),
+                    static_cast<long long>(context), step * 1e3, tokens_per_second, flops / 1e9,
+                    utilisation * 100, roof);
+      }
+    }
+    kd::finalize();
+    return 0;
+  } catch (const keras::Error& error) {
+    std::fprintf(stderr, "transformer_step: %s\n", error.what());
+    return 1;
+  }
+}
