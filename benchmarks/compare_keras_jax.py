@@ -8,7 +8,7 @@ Two measurements, each interleaved round after round with ours and reported as m
                  Keras `fit` on JAX; at 1 thread (taskset -c 0) and 2 threads (taskset -c 0,1),
                  since XLA's own thread flags do not limit its threads on this machine.
   transformer    one training step of examples/transformer_lm's byte-level GPT (4 blocks, width
-                 256, 4 heads, context 128, batch 16; Keras MultiHeadAttention, pre-norm blocks,
+                 128, 4 heads, context 128, batch 32; Keras MultiHeadAttention, pre-norm blocks,
                  GELU feed-forward): ours (transformer_step) beside the same model in Keras on
                  JAX as a jitted stateless step (model.stateless_call, jax.value_and_grad,
                  Adam's stateless_apply, buffers donated), at 1 and 2 threads; then ours on 2
@@ -186,7 +186,7 @@ def data_parallel_worker(steps, process_id, processes, coordinator):
     return timed_fit(keras_model(), inputs[mine], labels[mine], local, steps)
 
 
-TRANSFORMER = {"blocks": 4, "width": 256, "heads": 4, "context": 128, "batch": 16}
+TRANSFORMER = {"blocks": 4, "width": 128, "heads": 4, "context": 128, "batch": 32}
 
 
 def transformer_worker(steps):

@@ -26,7 +26,7 @@ namespace kd = keras::distribution;
 struct Options {
   int steps = 10;
   int warmup = 3;
-  std::int64_t batch_size = 16;
+  std::int64_t batch_size = 32;
   byte_gpt::Config model;
   std::string only;
   bool json = false;

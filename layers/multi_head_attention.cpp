@@ -161,7 +161,23 @@ Tensor dot_product_attention(Tensor query, Tensor key, Tensor value, const Tenso
       mask = causal;
     }
   }
-  Tensor probabilities = mask.defined() ? Softmax::masked_softmax(scores, mask, -1) : ops::softmax(scores, -1);
+  Tensor probabilities;
+  if (!mask.defined()) {
+    probabilities = ops::softmax(scores, -1);
+  } else {
+    // The mask as an additive bias of its own small shape, -1e9 where masked (Keras sets those
+    // scores to -1e9; adding it gives the same probabilities and gradients): one broadcast add
+    // instead of a select over every score, forward and backward (the two selects of the
+    // masked softmax were 9% of the example's step). Keras then zeroes the masked positions,
+    // which matters only for a query whose every key is masked: never under the causal mask
+    // alone.
+    Tensor kept = mask.dtype() == DType::bool_ ? mask.to(query.device())
+                                               : ops::greater(mask.to(query.device()), ops::scalar_like(mask, 0.5));
+    Tensor bias = ops::where(kept, Tensor::zeros({}, scores.dtype(), scores.device()),
+                             Tensor::full({}, -1e9, scores.dtype(), scores.device()));
+    probabilities = ops::softmax(scores + bias, -1);
+    if (mask_in.defined()) probabilities = ops::where(kept, probabilities, ops::scalar_like(probabilities, 0.0));
+  }
   if (dropout != nullptr) {
     // Dropout draws each process's block of the one-process mask from the scores' sharding.
     if (rule) probabilities = distribution::with_sharding(probabilities, rule->inputs[3]);

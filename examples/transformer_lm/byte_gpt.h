@@ -16,7 +16,7 @@ namespace kl = keras::layers;
 using keras::Tensor;
 
 struct Config {
-  std::int64_t blocks = 4, width = 256, heads = 4, context = 128;
+  std::int64_t blocks = 4, width = 128, heads = 4, context = 128;
 };
 
 inline kl::DenseOptions named(const std::string& name) {

@@ -35,9 +35,12 @@ using keras::Tensor;
 struct Flags {
   int epochs = 10;
   int steps_per_epoch = 50;
-  std::int64_t batch_size = 16;
-  double learning_rate = 2e-3;
-  std::int64_t blocks = 4, width = 256, heads = 4, context = 128;
+  // 4 blocks of width 128 at batch 32 x 128 bytes reach a validation loss below 2.0
+  // nats/byte in about 4 minutes on this 2-core VM (README, "Transformers"); width 256 at
+  // batch 16 was at 2.71 after 5 minutes.
+  std::int64_t batch_size = 32;
+  double learning_rate = 3e-3;
+  std::int64_t blocks = 4, width = 128, heads = 4, context = 128;
   std::uint64_t seed = 42;
   std::string distribution = "none";
   std::int64_t batch_shards = 1, model_shards = 0;
@@ -236,7 +239,7 @@ int main(int argc, char** argv) {
     if (leader && !flags.csv_log.empty()) {
       csv = std::fopen(flags.csv_log.c_str(), "w");
       if (csv == nullptr) throw keras::ValueError(keras::str("cannot write --csv-log '", flags.csv_log, "'"));
-      std::fprintf(csv, "epoch,loss,val_loss,seconds\n");
+      std::fprintf(csv, "epoch,loss,val_loss\n");  // Keras CSVLogger's columns (plot_history.py)
     }
     double validation_loss = 0;
     auto start = std::chrono::steady_clock::now();
@@ -252,7 +255,7 @@ int main(int argc, char** argv) {
                     flags.epochs, loss, validation_loss, std::exp(validation_loss), seconds);
         std::fflush(stdout);
       }
-      if (csv != nullptr) std::fprintf(csv, "%d,%.6f,%.6f,%.1f\n", epoch, loss, validation_loss, seconds);
+      if (csv != nullptr) std::fprintf(csv, "%d,%.6f,%.6f\n", epoch, loss, validation_loss);
     }
     if (csv != nullptr) std::fclose(csv);
     std::string prompt = "Q: What is the meaning of life?\nA:";
