@@ -496,7 +496,7 @@ def main():
     versions = subprocess.run([python, "-c", "import keras, jax; print(keras.__version__, jax.__version__)"],
                               capture_output=True, text=True, env=jax_environment(1)).stdout.split()
     print(f"Keras {versions[0]} on JAX {versions[1]}; {os.cpu_count()} CPUs; {arguments.rounds} "
-          f"interleaved rounds, medians; batch {BATCH_SIZE}", flush=True)
+          f"interleaved rounds, medians; MLP batch {BATCH_SIZE}", flush=True)
     if arguments.only in (None, "step"):
         compare_step(arguments, python)
     if arguments.only in (None, "data-parallel"):
