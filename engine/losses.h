@@ -25,6 +25,7 @@ class SparseCategoricalCrossentropy : public Loss {
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
   std::string name() const override { return "sparse_categorical_crossentropy"; }
   bool sparse_labels() const override { return true; }
+  bool from_logits() const { return from_logits_; }
 
  private:
   bool from_logits_;

@@ -11,6 +11,7 @@
 #include "distribution/gradient_reducer.h"
 #include "distribution/redistribute.h"
 #include "distribution/runtime.h"
+#include "layers/vocabulary_parallel_loss.h"
 #include "distribution/sharded_tensor.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
@@ -111,10 +112,9 @@ Logs global_logs(const BatchShard& context, const metrics::RunningTotal& loss,
 // What on_train_batch_end gets at a batch whose logs were not read (Callback::needs_batch_logs).
 const Logs kNoLogs;
 
-// Under ModelParallel the model's output may be sharded (logits split by class, say): the loss,
-// the metrics and predict() see it whole, in the data layout. The gather of (batch, classes)
-// logits is small next to the step; a vocabulary-parallel cross-entropy pays only for outputs
-// far wider than a classifier's.
+// Under ModelParallel the model's output may be sharded: the metrics, predict() and every loss
+// but a vocabulary-parallel one (logits split by class, vocabulary_parallel_loss.h) see it
+// whole, in the data layout.
 Tensor to_data_layout(const Tensor& outputs) {
   auto context = distribution::ShardingContext::current();
   return context ? context->to_data_layout(outputs) : outputs;
@@ -147,8 +147,12 @@ Trainer::StepResult Trainer::train_step(const Tensor& x, const Tensor& y, double
     if (rows != nullptr) scope.emplace(*rows);
     // Runs even on zero rows (a process may get none of a dataset's last, small batch): every
     // process then makes the same calls, so per-call state (Dropout's key) stays in step.
-    Tensor predictions = to_data_layout(model_(x, /*training=*/true));
-    loss = (*model_.loss_)(y, predictions);
+    Tensor outputs = model_(x, /*training=*/true);
+    // Logits split by class are not gathered for the loss (vocabulary_parallel_loss.h); the
+    // metrics, when there are any, still see them whole.
+    std::optional<Tensor> split_loss = vocabulary_parallel_loss(*model_.loss_, y, outputs);
+    Tensor predictions = split_loss && model_.metric_names_.empty() ? outputs : to_data_layout(outputs);
+    loss = split_loss ? *split_loss : (*model_.loss_)(y, predictions);
     result = {x.dim(0) > 0 ? loss.detach() : Tensor(), predictions.detach()};
   }
   // Taken after the forward pass: the first call builds the model, and the variables it
@@ -406,8 +410,10 @@ std::map<std::string, double> Trainer::run_evaluation(const Tensor& x, const Ten
     if (count > 0) {
       Tensor x_batch = batch_rows(x, order, begin, end);
       Tensor y_batch = batch_rows(y, order, begin, end);
-      Tensor predictions = to_data_layout(model_(x_batch, /*training=*/false));
-      loss_total.add((*model_.loss_)(y_batch, predictions), count, count);
+      Tensor outputs = model_(x_batch, /*training=*/false);
+      std::optional<Tensor> split_loss = vocabulary_parallel_loss(*model_.loss_, y_batch, outputs);
+      Tensor predictions = split_loss && batch_metrics.empty() ? outputs : to_data_layout(outputs);
+      loss_total.add(split_loss ? *split_loss : (*model_.loss_)(y_batch, predictions), count, count);
       for (const auto& metric : batch_metrics) metric->update(y_batch, predictions);
     }
     bool read = context.any_process(

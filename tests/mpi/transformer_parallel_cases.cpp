@@ -1,8 +1,9 @@
 // The model-parallel table's transformer rows: a small decoder block over token ids, sharded as
 // users shard transformers: attention split by heads (Megatron), on a batch x model mesh,
 // keras-hub's Gemma and Llama layout maps as written, masks, EinsumDense with bias_axes,
-// sequence-parallel normalisation and attention dropout. Each row trains 5 Adam steps on one
-// process and under ModelParallel and must give the same losses and weights (model_parallel_tests.cpp).
+// sequence-parallel normalisation, vocabulary-parallel cross-entropy and attention dropout.
+// Each row trains 5 Adam steps on one process and under ModelParallel and must give the same
+// losses and weights (model_parallel_tests.cpp).
 #include "tests/mpi/model_parallel_table.h"
 
 namespace keras::model_parallel_table {
@@ -196,6 +197,15 @@ std::vector<Case> transformer_cases() {
          map[".*feedforward_output_dense/output"] = {"batch", "model", std::nullopt};
        },
        llama_block({.rms_norm = false}), true},
+      {"vocabulary_parallel_cross_entropy", model_axis,
+       [](kd::LayoutMap& map) {
+         heads_split(map);
+         // The classifier's logits split by class: the loss runs on each process's block of
+         // them (three small all-reduces) instead of gathering them.
+         map[".*head/kernel"] = {std::nullopt, "model"};
+         map[".*head/bias"] = {"model"};
+       },
+       llama_block(), true},
       {"attention_dropout_with_heads_split", batch_by_model, heads_split,
        llama_block({.attention_dropout = 0.3}), true},
   };
@@ -250,6 +260,36 @@ TEST(TransformerParallelErrors, HeadsTheModelAxisDoesNotDivideAreNamed) {
                     });
       },
       "variable 'key/kernel'");
+}
+
+// The vocabulary-parallel loss gathers no logits: the step's collectives over the model axis
+// are all-reduces (the heads' and rows' sums, the loss's maxima, sums and picked logits).
+TEST(TransformerParallelLoss, LogitsSplitByClassAreNotGathered) {
+  clear_session();
+  set_random_seed(4);
+  auto map = std::make_shared<kd::LayoutMap>(model_axis(size()));
+  (*map)[".*head/kernel"] = {std::nullopt, "model"};
+  (*map)[".*head/bias"] = {"model"};
+  kd::set_distribution(std::make_shared<kd::ModelParallel>(map));
+  Sequential model({layers::Dense(8, "relu", named("hidden")), layers::Dense(4, "", named("head"))}, "classifier");
+  model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+  Tensor x = ops::random({RandomDistribution::normal, 0, 1, 5}, {kBatch, 6});
+  Tensor y = ops::cast(ops::random({RandomDistribution::uniform, 0, 4, 6}, {kBatch}, float64), int64);
+  double sharded_loss = model.train_on_batch(x, y);
+  for (const kd::CollectiveTotal& total : model.last_step_collectives()) {
+    EXPECT_NE(total.kind, "all_gather") << "the step gathered " << total.bytes << " bytes over " << total.group;
+  }
+  kd::set_distribution(nullptr);
+  clear_session();
+  set_random_seed(4);
+  Sequential alone({layers::Dense(8, "relu", named("hidden")), layers::Dense(4, "", named("head"))}, "classifier");
+  alone.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+  EXPECT_NEAR(sharded_loss, alone.train_on_batch(x, y), 1e-6);
+  // Labels out of range are the same error as the gathered loss's.
+  kd::set_distribution(std::make_shared<kd::ModelParallel>(map));
+  testing::expect_throw_with<ValueError>(
+      [&] { model.train_on_batch(x, ops::scalar_like(y, 4) + y * 0); }, "label 4 is out of range for 4 classes");
+  kd::set_distribution(nullptr);
 }
 
 }  // namespace
