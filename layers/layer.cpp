@@ -43,10 +43,10 @@ Layer::Layer(const std::string& default_prefix, const std::string& name)
   }
 }
 
-Tensor Layer::place_output(Tensor outputs) {
+Tensor Layer::place_output(Tensor outputs, const std::optional<distribution::ShardingContext>& sharded) {
   if (!outputs.defined()) return outputs;
   Shape shape = outputs.shape();
-  if (std::optional<distribution::ShardingContext> sharded = distribution::ShardingContext::current()) {
+  if (sharded) {
     std::string output_path = path() + "/output";
     if (distribution::TensorLayoutPtr layout = sharded->active->get_tensor_layout(output_path)) {
       distribution::Sharding current = sharded->activation_sharding(outputs);
@@ -63,7 +63,8 @@ Tensor Layer::place_output(Tensor outputs) {
 
 Tensor Layer::run_call(const std::function<Tensor()>& body) {
   built_ = true;
-  return place_output(body());
+  Tensor outputs = body();
+  return place_output(outputs, distribution::ShardingContext::current());
 }
 
 Tensor Layer::operator()(const Tensor& inputs, bool training) {
@@ -80,7 +81,7 @@ Tensor Layer::operator()(const Tensor& inputs, bool training) {
     build(sharded ? sharded->logical_shape(local) : local.shape());
     built_ = true;
   }
-  return place_output(call(local, training));
+  return place_output(call(local, training), sharded);
 }
 
 std::string Layer::class_name() const {

@@ -5,11 +5,16 @@
 #include <concepts>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/initializers.h"
 #include "engine/tensor.h"
+
+namespace keras::distribution {
+struct ShardingContext;
+}  // namespace keras::distribution
 
 namespace keras {
 
@@ -112,7 +117,8 @@ class Layer {
  private:
   // Moves a call's output to "<path>/output"'s layout, when the LayoutMap has one, and notes
   // its (global) shape.
-  Tensor place_output(Tensor outputs);
+  // (`sharded`: the caller's ShardingContext::current(), looked up once per call.)
+  Tensor place_output(Tensor outputs, const std::optional<distribution::ShardingContext>& sharded);
 
   std::string name_;
   std::string prefix_;
