@@ -76,7 +76,11 @@ class ThreadPool {
  private:
   void start(int threads) {
     stopping_.store(false);
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+    // New workers wait for the next job: the jobs before a resize are not theirs to run.
+    std::uint64_t current = generation_.load();
+    for (int i = 1; i < threads; ++i) {
+      workers_.emplace_back([this, i, current] { worker_loop(i, current); });
+    }
   }
 
   void stop() {
@@ -102,8 +106,7 @@ class ThreadPool {
     inside_parallel_region = false;
   }
 
-  void worker_loop(int worker_index) {
-    std::uint64_t seen = 0;
+  void worker_loop(int worker_index, std::uint64_t seen) {
     while (true) {
       // Spin a while for the next job before sleeping on the condition variable.
       auto spin_until = std::chrono::steady_clock::now() + kWorkerSpin;

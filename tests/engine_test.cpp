@@ -2,6 +2,7 @@
 // autograd bookkeeping, the counter-based RNG's slice property, initializers, losses against
 // hand-computed values, one optimizer step against Keras' formulas, and the errors bad inputs
 // must give.
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -128,6 +129,21 @@ TEST(ThreadPool, CoversTheRangeOnceAndPropagatesErrors) {
         });
       },
       "from a worker");
+}
+
+// Workers started by set_num_threads wait for the next job: they used to take the last job
+// before the resize as new, and ran its (finished, freed) body.
+TEST(ThreadPool, ResizedPoolRunsOnlyNewJobs) {
+  int threads = num_threads();
+  parallel_for(1000, 1, [](std::int64_t, std::int64_t) {});
+  for (int count : {3, 2, 4}) {
+    set_num_threads(count);
+    EXPECT_EQ(num_threads(), count);
+    std::atomic<std::int64_t> total{0};
+    parallel_for(1000, 1, [&](std::int64_t begin, std::int64_t end) { total += end - begin; });
+    EXPECT_EQ(total.load(), 1000);
+  }
+  set_num_threads(threads);
 }
 
 TEST(Autograd, AccumulatesThroughSharedUsesAndIntoExistingGradients) {
