@@ -11,6 +11,7 @@
 #include "engine/random.h"
 #include "engine/tensor.h"
 #include "engine/unary_ops.h"
+#include "engine/window_geometry.h"
 
 namespace keras {
 
@@ -19,6 +20,7 @@ enum class BinaryOp {
   equal, not_equal, less, less_equal, greater, greater_equal, logical_and, logical_or
 };
 enum class ReduceOp { sum, max, min };
+enum class PoolOp { max, average };
 
 struct SgdUpdate {
   double learning_rate = 0.01;

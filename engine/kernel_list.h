@@ -28,6 +28,11 @@
 //   softmax_gradient  their gradient from the output y
 //   random          the block at `starts` of the `full_shape` random tensor of `spec`
 //   sgd_update / adam_update  in-place optimizer steps (velocity / moments updated too)
+//   convolution     out (batch, out_h, out_w, filters) = input (batch, h, w, channels)
+//                   convolved with kernel (window_h, window_w, channels / groups, filters)
+//   convolution_input_gradient / convolution_kernel_gradient  its gradients (each overwritten)
+//   pool            max or average over each window, per channel (engine/window_rules.h)
+//   pool_gradient   its input gradient (overwritten)
 #pragma once
 
 #define KERAS_KERNELS(X)                                                                        \
@@ -68,4 +73,21 @@
   X(adam_update,                                                                                \
     (const AdamUpdate& settings, Tensor& variable, const Tensor& gradient,                      \
      Tensor& first_moment, Tensor& second_moment),                                              \
-    (settings, variable, gradient, first_moment, second_moment))
+    (settings, variable, gradient, first_moment, second_moment))                                \
+  X(convolution,                                                                                \
+    (const Tensor& input, const Tensor& kernel, const WindowGeometry& geometry, Tensor& out),    \
+    (input, kernel, geometry, out))                                                             \
+  X(convolution_input_gradient,                                                                 \
+    (const Tensor& output_gradient, const Tensor& kernel, const WindowGeometry& geometry,       \
+     Tensor& input_gradient),                                                                   \
+    (output_gradient, kernel, geometry, input_gradient))                                        \
+  X(convolution_kernel_gradient,                                                                \
+    (const Tensor& input, const Tensor& output_gradient, const WindowGeometry& geometry,        \
+     Tensor& kernel_gradient),                                                                  \
+    (input, output_gradient, geometry, kernel_gradient))                                        \
+  X(pool, (PoolOp op, const Tensor& input, const WindowGeometry& geometry, Tensor& out),        \
+    (op, input, geometry, out))                                                                 \
+  X(pool_gradient,                                                                              \
+    (PoolOp op, const Tensor& input, const Tensor& output_gradient,                             \
+     const WindowGeometry& geometry, Tensor& input_gradient),                                   \
+    (op, input, output_gradient, geometry, input_gradient))

@@ -99,6 +99,25 @@ Tensor one_hot(const Tensor& indices, std::int64_t depth, DType dtype = float32)
 Tensor softmax(const Tensor& x, std::int64_t axis = -1);
 Tensor log_softmax(const Tensor& x, std::int64_t axis = -1);
 
+// Sliding windows over channels_last images (batch, height, width, channels), Keras' default
+// data_format; "channels_first" is refused (NotImplementedError). strides, dilation_rate and
+// pool_size take one entry (both axes) or two (height, width); padding is "valid" or "same"
+// (output = ceil(input / stride), the padding split as TensorFlow and JAX split it).
+// keras.ops.conv in 2-D: kernel (kernel_height, kernel_width, channels / groups, filters), the
+// groups inferred as channels / kernel.shape[2].
+Tensor conv(const Tensor& inputs, const Tensor& kernel, const std::vector<std::int64_t>& strides = {1},
+            const std::string& padding = "valid", const std::string& data_format = "channels_last",
+            const std::vector<std::int64_t>& dilation_rate = {1});
+// keras.ops.max_pool / average_pool; strides default to pool_size. average_pool with "same"
+// divides by the elements each window covers, not counting padding (Keras' JAX backend).
+Tensor max_pool(const Tensor& inputs, const std::vector<std::int64_t>& pool_size,
+                const std::vector<std::int64_t>& strides = {}, const std::string& padding = "valid",
+                const std::string& data_format = "channels_last");
+Tensor average_pool(const Tensor& inputs, const std::vector<std::int64_t>& pool_size,
+                    const std::vector<std::int64_t>& strides = {},
+                    const std::string& padding = "valid",
+                    const std::string& data_format = "channels_last");
+
 // Random tensors, a pure function of (spec.seed, element index): see engine/random.h.
 Tensor random(const RandomSpec& spec, const Shape& shape, DType dtype = float32,
               Device device = Device::cpu());

@@ -202,6 +202,73 @@ Values softmax_reference(const Values& x, std::int64_t outer, std::int64_t lengt
   return out;
 }
 
+// A 2-D window's output size and padding before, written out from Keras' documented rule
+// (independently of engine/window_geometry.cpp): "valid" floor((n - extent) / stride) + 1,
+// "same" ceil(n / stride) with the padding's smaller half before.
+struct AxisReference {
+  std::int64_t output, pad_before;
+};
+AxisReference axis_reference(std::int64_t n, std::int64_t window, std::int64_t stride,
+                             std::int64_t dilation, bool same) {
+  std::int64_t extent = dilation * (window - 1) + 1;
+  if (!same) return {(n - extent) / stride + 1, 0};
+  std::int64_t output = (n + stride - 1) / stride;
+  std::int64_t total = std::max<std::int64_t>(0, (output - 1) * stride + extent - n);
+  return {output, total / 2};
+}
+
+// Direct 2-D convolution in float64, channels_last, Keras kernel layout; padding contributes
+// nothing.
+Values naive_conv(const Values& x, const Shape& xs, const Values& k, const Shape& ks,
+                  std::int64_t stride_h, std::int64_t stride_w, bool same, std::int64_t dilation) {
+  std::int64_t groups = xs[3] / ks[2], per_group = ks[2], filters_per_group = ks[3] / groups;
+  AxisReference rows = axis_reference(xs[1], ks[0], stride_h, dilation, same);
+  AxisReference columns = axis_reference(xs[2], ks[1], stride_w, dilation, same);
+  Values out;
+  for (std::int64_t n = 0; n < xs[0]; ++n)
+    for (std::int64_t i = 0; i < rows.output; ++i)
+      for (std::int64_t j = 0; j < columns.output; ++j)
+        for (std::int64_t f = 0; f < ks[3]; ++f) {
+          std::int64_t group = f / filters_per_group;
+          double total = 0;
+          for (std::int64_t a = 0; a < ks[0]; ++a)
+            for (std::int64_t b = 0; b < ks[1]; ++b)
+              for (std::int64_t c = 0; c < per_group; ++c) {
+                std::int64_t r = i * stride_h - rows.pad_before + a * dilation;
+                std::int64_t q = j * stride_w - columns.pad_before + b * dilation;
+                if (r < 0 || r >= xs[1] || q < 0 || q >= xs[2]) continue;
+                total += x[((n * xs[1] + r) * xs[2] + q) * xs[3] + group * per_group + c] *
+                         k[((a * ks[1] + b) * ks[2] + c) * ks[3] + f];
+              }
+          out.push_back(total);
+        }
+  return out;
+}
+
+// Max (NaN wins) or average (over the covered elements, padding not counted) pooling.
+Values naive_pool(bool max, const Values& x, const Shape& xs, std::int64_t window,
+                  std::int64_t stride, bool same) {
+  AxisReference rows = axis_reference(xs[1], window, stride, 1, same);
+  AxisReference columns = axis_reference(xs[2], window, stride, 1, same);
+  Values out;
+  for (std::int64_t n = 0; n < xs[0]; ++n)
+    for (std::int64_t i = 0; i < rows.output; ++i)
+      for (std::int64_t j = 0; j < columns.output; ++j)
+        for (std::int64_t c = 0; c < xs[3]; ++c) {
+          std::vector<double> covered;
+          for (std::int64_t a = 0; a < window; ++a)
+            for (std::int64_t b = 0; b < window; ++b) {
+              std::int64_t r = i * stride - rows.pad_before + a, q = j * stride - columns.pad_before + b;
+              if (r < 0 || r >= xs[1] || q < 0 || q >= xs[2]) continue;
+              covered.push_back(x[((n * xs[1] + r) * xs[2] + q) * xs[3] + c]);
+            }
+          double total = 0;
+          for (double v : covered) total += v;
+          out.push_back(max ? line_max(covered) : total / double(covered.size()));
+        }
+  return out;
+}
+
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> cases = {
       unary_case("negative", ops::negative, [](double v) { return -v; }),
@@ -469,6 +536,50 @@ std::vector<OpCase> all_cases() {
   logic_case("logical_not", [positive](const Tensor& a, const Tensor&) {
     return ops::logical_not(positive(a));
   }, [](bool a, bool) { return !a; });
+  // Convolutions: strides, both paddings (odd and even windows, so "same" pads unevenly),
+  // dilation, groups and depthwise. Padded rows take no NaN inputs: a padded zero times an
+  // infinite kernel entry is NaN when im2col multiplies it (the GPU) and nothing when oneDNN
+  // skips the padding (the CPU); the unpadded rows check NaN and inf on every backend.
+  auto conv_case = [&](std::string name, Shape input, Shape kernel, std::int64_t stride_h,
+                       std::int64_t stride_w, bool same, std::int64_t dilation) {
+    OpCase c{"conv_" + name, {input, kernel},
+             [=](const auto& x) {
+               return ops::conv(x[0], x[1], {stride_h, stride_w}, same ? "same" : "valid",
+                                "channels_last", {dilation});
+             },
+             [=](const Inputs& in, const auto& shapes) {
+               return naive_conv(in[0], shapes[0], in[1], shapes[1], stride_h, stride_w, same, dilation);
+             }};
+    c.nonfinite_inputs = !same;
+    cases.push_back(c);
+  };
+  conv_case("valid", {2, 5, 5, 3}, {3, 3, 3, 4}, 1, 1, false, 1);
+  conv_case("same_stride2", {1, 6, 5, 2}, {3, 3, 2, 3}, 2, 2, true, 1);
+  conv_case("same_even_window", {1, 5, 5, 2}, {4, 4, 2, 2}, 1, 1, true, 1);
+  conv_case("valid_strides_2x1_rectangular_window", {2, 6, 5, 2}, {2, 3, 2, 3}, 2, 1, false, 1);
+  conv_case("dilation2_same", {1, 7, 7, 2}, {3, 3, 2, 2}, 1, 1, true, 2);
+  conv_case("dilation2_valid_stride2", {1, 8, 8, 1}, {2, 2, 1, 2}, 2, 2, false, 2);
+  conv_case("groups2", {1, 5, 5, 4}, {3, 3, 2, 6}, 1, 1, false, 1);
+  conv_case("depthwise_same", {1, 4, 4, 3}, {3, 3, 1, 3}, 1, 1, true, 1);
+  conv_case("window_6_stride2", {2, 9, 9, 2}, {6, 6, 2, 3}, 2, 2, false, 1);
+  // Pooling: the ties of max pooling's gradient do not occur with random inputs.
+  auto pool_case = [&](std::string name, bool max, Shape input, std::int64_t window,
+                       std::int64_t stride, bool same) {
+    cases.push_back({(max ? "max_pool_" : "average_pool_") + name, {input},
+                     [=](const auto& x) {
+                       return max ? ops::max_pool(x[0], {window}, {stride}, same ? "same" : "valid")
+                                  : ops::average_pool(x[0], {window}, {stride}, same ? "same" : "valid");
+                     },
+                     [=](const Inputs& in, const auto& shapes) {
+                       return naive_pool(max, in[0], shapes[0], window, stride, same);
+                     }});
+  };
+  pool_case("2x2", true, {2, 4, 4, 3}, 2, 2, false);
+  pool_case("3x3_stride2_same", true, {1, 5, 5, 2}, 3, 2, true);
+  pool_case("3x3_stride1_valid_overlapping", true, {1, 5, 4, 2}, 3, 1, false);
+  pool_case("2x2", false, {2, 4, 4, 3}, 2, 2, false);
+  pool_case("3x3_stride2_same", false, {1, 5, 5, 2}, 3, 2, true);
+  pool_case("3x3_stride1_same_overlapping", false, {1, 4, 5, 2}, 3, 1, true);
   cases.push_back({"squeeze", {{2, 1, 3}}, [](const auto& x) { return ops::squeeze(x[0], -2); },
                    [](const Inputs& in, const auto&) { return in[0]; }});
   cases.push_back({"scalar_like", {{2, 3}},
@@ -656,6 +767,61 @@ TEST(Einsum, BadEquationsAreClearErrors) {
                                          "repeats 'a' in one operand");
   expect_throw_with<DTypeError>([&] { ops::einsum("ab,bc->ac", Tensor::zeros({2, 4}, int64), Tensor::zeros({4, 5}, int64)); },
                                 "float32 or float64");
+}
+
+// The table's shapes are small enough that a convolution runs as one oneDNN call; a batch this
+// size is split over two threads, each on its own primitives, and the kernel gradient sums the
+// parts. float64 (the patch matrix through Eigen) is the reference.
+TEST(Convolution, BatchSplitOverThreadsMatchesFloat64) {
+  int threads = num_threads();
+  set_num_threads(2);
+  Tensor x = testing::random_tensor({8, 16, 16, 16}, 5, float64);
+  Tensor kernel = testing::random_tensor({3, 3, 16, 32}, 6, float64);
+  Tensor weights = testing::random_tensor({8, 8, 8, 32}, 7, float64);
+  auto run = [&](DType dtype) {
+    Tensor input = x.astype(dtype).detach().clone().set_requires_grad(true);
+    Tensor filters = kernel.astype(dtype).detach().clone().set_requires_grad(true);
+    Tensor out = ops::conv(input, filters, {2}, "same");
+    ops::sum(out * weights.astype(dtype)).backward();
+    return std::vector<Values>{out.to_vector<double>(), input.grad().to_vector<double>(),
+                               filters.grad().to_vector<double>()};
+  };
+  std::vector<Values> expected = run(float64), actual = run(float32);
+  set_num_threads(threads);
+  testing::expect_close(actual[0], expected[0], 2e-4, "output");
+  testing::expect_close(actual[1], expected[1], 2e-4, "input gradient");
+  testing::expect_close(actual[2], expected[2], 2e-3, "kernel gradient");
+}
+
+TEST(Convolution, BadInputsAreClearErrors) {
+  using testing::expect_throw_with;
+  Tensor x = Tensor::zeros({2, 5, 5, 4});
+  expect_throw_with<ValueError>([&] { ops::conv(x, Tensor::zeros({6, 6, 4, 2})); },
+                                "the window's height of 6 (size 6, dilation 1) is larger than the input's height of 5");
+  expect_throw_with<ValueError>([&] { ops::conv(x, Tensor::zeros({3, 3, 4, 2}), {1}, "valid", "channels_last", {3}); },
+                                "the window's height of 7 (size 3, dilation 3)");
+  expect_throw_with<ValueError>([&] { ops::conv(x, Tensor::zeros({3, 3, 3, 2})); },
+                                "the input has 4 channels on its last axis");
+  expect_throw_with<ValueError>([&] { ops::conv(x, Tensor::zeros({3, 3, 2, 3})); },
+                                "3 filters (kernel shape (3, 3, 2, 3)) cannot be split into 2 groups");
+  // A channels_first batch (batch, channels, height, width) meets a kernel for 4 channels.
+  expect_throw_with<ValueError>([&] { ops::conv(Tensor::zeros({2, 4, 5, 5}), Tensor::zeros({3, 3, 4, 2})); },
+                                "a channels_first input must be transposed first");
+  expect_throw_with<NotImplementedError>([&] { ops::conv(x, Tensor::zeros({3, 3, 4, 2}), {1}, "valid", "channels_first"); },
+                                         "data_format \"channels_first\" is not supported");
+  expect_throw_with<ValueError>([&] { ops::conv(x, Tensor::zeros({3, 3, 4, 2}), {1}, "full"); },
+                                "padding must be \"valid\" or \"same\", got \"full\"");
+  expect_throw_with<ValueError>([&] { ops::conv(x, Tensor::zeros({3, 3, 4, 2}), {0}); }, "strides must be positive");
+  expect_throw_with<ValueError>([&] { ops::conv(x, Tensor::zeros({3, 3, 4, 2}), {1, 1, 1}); }, "strides must have 1 or 2 entries");
+  expect_throw_with<ValueError>([&] { ops::conv(Tensor::zeros({5, 5, 4}), Tensor::zeros({3, 3, 4, 2})); },
+                                "expects a rank-4 channels_last input (batch, height, width, channels), got shape (5, 5, 4)");
+  expect_throw_with<ValueError>([&] { ops::conv(x, Tensor::zeros({3, 4, 2})); }, "expects a rank-4 kernel");
+  expect_throw_with<DTypeError>([&] { ops::conv(x, Tensor::zeros({3, 3, 4, 2}, float64)); }, "different dtypes");
+  expect_throw_with<ValueError>([&] { ops::max_pool(x, {6}); },
+                                "max_pool: the window's height of 6 (size 6, dilation 1) is larger than the input's height of 5");
+  expect_throw_with<NotImplementedError>([&] { ops::average_pool(x, {2}, {}, "valid", "channels_first"); },
+                                         "average_pool: data_format \"channels_first\"");
+  expect_throw_with<DTypeError>([&] { ops::max_pool(Tensor::zeros({1, 2, 2, 1}, int64), {2}); }, "float32 or float64");
 }
 
 TEST(OpTableCoverage, EveryOpInOpsHeaderHasARow) {

@@ -6,7 +6,6 @@
 // our own thread pool and call sgemm single-threaded inside each part, so oneDNN's OpenMP runtime
 // never starts a second (spinning) pool.
 #include <dnnl.hpp>
-#include <omp.h>
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -15,19 +14,12 @@
 #include <vector>
 
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/onednn_threads.h"
 #include "engine/errors.h"
 #include "engine/thread_pool.h"
 
 namespace keras::cpu {
 namespace {
-
-void limit_openmp_to_this_thread() {
-  thread_local bool done = false;
-  if (!done) {
-    omp_set_num_threads(1);
-    done = true;
-  }
-}
 
 // A @ B^T through oneDNN's matmul primitive (its brgemm kernels) rather than sgemm: for the
 // MLP's input gradient 128x1024x1024 with B transposed, sgemm reached 86 GFLOP/s on one Zen 4

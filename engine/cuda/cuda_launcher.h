@@ -56,23 +56,23 @@ class CudaLauncher {
   }
 
   void gemm(const GemmCall& call, const float* a, const float* b, float* c) {
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f, beta = call.accumulate ? 1.0f : 0.0f;
     check_sizes(call);
     gpu::check_cublas(cublasSgemmStridedBatched(
                           state_.blas, operation(call.transpose_a), operation(call.transpose_b),
                           narrow(call.m), narrow(call.n), narrow(call.k), &one, a,
                           narrow(call.lda), call.stride_a, b, narrow(call.ldb), call.stride_b,
-                          &zero, c, narrow(call.ldc), call.stride_c, narrow(call.batch)),
+                          &beta, c, narrow(call.ldc), call.stride_c, narrow(call.batch)),
                       "cublasSgemmStridedBatched", state_.index);
   }
   void gemm(const GemmCall& call, const double* a, const double* b, double* c) {
-    const double one = 1.0, zero = 0.0;
+    const double one = 1.0, beta = call.accumulate ? 1.0 : 0.0;
     check_sizes(call);
     gpu::check_cublas(cublasDgemmStridedBatched(
                           state_.blas, operation(call.transpose_a), operation(call.transpose_b),
                           narrow(call.m), narrow(call.n), narrow(call.k), &one, a,
                           narrow(call.lda), call.stride_a, b, narrow(call.ldb), call.stride_b,
-                          &zero, c, narrow(call.ldc), call.stride_c, narrow(call.batch)),
+                          &beta, c, narrow(call.ldc), call.stride_c, narrow(call.batch)),
                       "cublasDgemmStridedBatched", state_.index);
   }
 

@@ -2,7 +2,7 @@
 // CUDA backend (cuda_backend.cu) instantiates them with CudaLauncher; tests/gpu_emulation/
 // with a launcher that runs each index on the host. One header per kernel family holds the
 // bodies (elementwise.h, reduce.h, layout.h, softmax.h, random_fill.h, optimizer_updates.h,
-// matmul.h).
+// matmul.h, convolution.h, pooling.h).
 //
 // A Launcher provides:
 //   template <class Body> void for_each(std::int64_t count, const Body& body);
@@ -36,6 +36,7 @@ struct GemmCall {
   std::int64_t lda = 0, ldb = 0, ldc = 0;
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
   std::int64_t batch = 1;
+  bool accumulate = false;  // C += op(A) op(B) (cuBLAS' beta = 1) instead of C =
 };
 
 // Calls fn(T{}) for the unsigned type of `bytes` bytes (1, 2, 4 or 8): kernels that only move
@@ -54,10 +55,12 @@ decltype(auto) dispatch_element_size(std::size_t bytes, Fn&& fn) {
 
 }  // namespace keras::gpu_kernels
 
+#include "engine/cuda/convolution.h"
 #include "engine/cuda/elementwise.h"
 #include "engine/cuda/layout.h"
 #include "engine/cuda/matmul.h"
 #include "engine/cuda/optimizer_updates.h"
+#include "engine/cuda/pooling.h"
 #include "engine/cuda/random_fill.h"
 #include "engine/cuda/reduce.h"
 #include "engine/cuda/softmax.h"

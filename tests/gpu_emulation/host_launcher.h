@@ -46,7 +46,8 @@ class HostLauncher {
             T right = call.transpose_b ? pb[j + l * call.ldb] : pb[l + j * call.ldb];
             total += static_cast<double>(left) * static_cast<double>(right);
           }
-          pc[i + j * call.ldc] = static_cast<T>(total);
+          T& element = pc[i + j * call.ldc];
+          element = call.accumulate ? static_cast<T>(element + total) : static_cast<T>(total);
         }
       }
     }
