@@ -12,6 +12,8 @@
 #include "io/idx.h"
 #include "io/safetensors.h"
 #include "layers/basic_layers.h"
+#include "layers/batch_normalization.h"
+#include "layers/convolution_layers.h"
 #include "layers/backup_and_restore.h"
 #include "layers/callbacks.h"
 #include "layers/csv_logger.h"

@@ -245,6 +245,34 @@ Tensor Softmax::masked_softmax(const Tensor& inputs, const Tensor& mask_in, std:
   return ops::where(mask, ops::softmax(masked, axis), ops::scalar_like(inputs, 0.0));
 }
 
+ReLU::ReLU(ReLUOptions options) : Layer("re_lu", options.name), options_(std::move(options)) {
+  if (options_.max_value && !(*options_.max_value >= 0.0)) {
+    throw ValueError(str("ReLU: max_value must be >= 0, got ", *options_.max_value));
+  }
+  if (!(options_.negative_slope >= 0.0)) {
+    throw ValueError(str("ReLU: negative_slope must be >= 0, got ", options_.negative_slope));
+  }
+}
+
+Tensor ReLU::call(const Tensor& inputs, bool) {
+  if (!options_.max_value && options_.negative_slope == 0.0 && options_.threshold == 0.0) {
+    return ops::relu(inputs);
+  }
+  Tensor threshold = ops::scalar_like(inputs, options_.threshold);
+  Tensor outputs = ops::where(ops::greater_equal(inputs, threshold), inputs,
+                              (inputs - threshold) * options_.negative_slope);
+  if (options_.max_value) outputs = ops::minimum(outputs, ops::scalar_like(inputs, *options_.max_value));
+  return outputs;
+}
+
+Rescaling::Rescaling(double scale, double offset, const std::string& name)
+    : Layer("rescaling", name), scale_(scale), offset_(offset) {}
+
+Tensor Rescaling::call(const Tensor& inputs, bool) {
+  Tensor x = is_floating(inputs.dtype()) ? inputs : ops::cast(inputs, float32);
+  return offset_ == 0.0 ? x * scale_ : x * scale_ + offset_;
+}
+
 Add::Add(const std::string& name) : Layer("add", name) {}
 
 Tensor Add::call(const Tensor&, bool) {

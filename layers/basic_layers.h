@@ -1,5 +1,6 @@
-// Small layers without (or with simple) weights: Activation, Softmax, Add, Dropout, Flatten,
-// Reshape, Embedding, LayerNormalization, RMSNormalization — Keras' semantics and defaults.
+// Small layers without (or with simple) weights: Activation, ReLU, Rescaling, Softmax, Add,
+// Dropout, Flatten, Reshape, Embedding, LayerNormalization, RMSNormalization — Keras' semantics
+// and defaults.
 #pragma once
 #include <optional>
 
@@ -19,6 +20,37 @@ class Activation : public Layer {
  private:
   activations::ActivationFn activation_;
   bool elementwise_;
+};
+
+// keras.layers.ReLU: max_value where x >= max_value, x where threshold <= x < max_value,
+// negative_slope * (x - threshold) below the threshold; the defaults are plain relu.
+struct ReLUOptions {
+  std::optional<double> max_value{};
+  double negative_slope = 0.0;
+  double threshold = 0.0;
+  std::string name{};
+};
+
+class ReLU : public Layer {
+ public:
+  explicit ReLU(ReLUOptions options = {});
+  Tensor call(const Tensor& inputs, bool training) override;
+  bool accepts_sharded_inputs() const override { return true; }
+  std::string class_name() const override { return "ReLU"; }
+
+ private:
+  ReLUOptions options_;
+};
+
+// keras.layers.Rescaling: x * scale + offset (images' 0..255 to 0..1 with scale 1 / 255).
+class Rescaling : public Layer {
+ public:
+  explicit Rescaling(double scale, double offset = 0.0, const std::string& name = "");
+  Tensor call(const Tensor& inputs, bool training) override;
+  bool accepts_sharded_inputs() const override { return true; }
+
+ private:
+  double scale_, offset_;
 };
 
 // Softmax along `axis`; with a mask (bool, or numbers kept where > 0.5, broadcastable to the

@@ -57,7 +57,7 @@ Tensor Dense::call_sharded(const distribution::ShardingContext& context, const T
   }
   const int last = static_cast<int>(global.size()) - 1;
   ShardedProjection projection{rules::Contraction::dense(last + 1), kernel_, bias_, {last}, path(),
-                               activation_name_, &activation_};
+                               activation_name_, &activation_, {}, {}, {}, {}};
   return sharded_projection(context, inputs, projection);
 }
 

@@ -182,7 +182,7 @@ Tensor EinsumDense::call(const Tensor& inputs_in, bool) {
 Tensor EinsumDense::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs) {
   Terms terms = terms_for(inputs.rank());
   ShardedProjection projection{{terms.x, terms.kernel, terms.output}, kernel_, bias_, bias_dims_, path(),
-                               options_.activation, &activation_};
+                               options_.activation, &activation_, {}, {}, {}, {}};
   return sharded_projection(context, inputs, projection);
 }
 

@@ -216,4 +216,12 @@ std::int64_t Layer::count_params() {
   return total;
 }
 
+bool any_layer_synchronizes_batch(const Layer& root) {
+  if (root.synchronizes_batch()) return true;
+  for (const LayerPtr& layer : root.layers()) {
+    if (any_layer_synchronizes_batch(*layer)) return true;
+  }
+  return false;
+}
+
 }  // namespace keras

@@ -56,6 +56,11 @@ class Layer {
   // blocks). Layers that do not get theirs in the data layout: correct, at the price of a
   // gather, never silently wrong. Models pass inputs through to their layers.
   virtual bool accepts_sharded_inputs() const { return false; }
+  // Whether call() in training runs collectives over the batch axis whose gradients run
+  // collectives in the backward pass too (synchronized BatchNormalization): the trainer then
+  // keeps its gradient all-reduces out of the backward pass, so that the two never interleave
+  // differently on different processes.
+  virtual bool synchronizes_batch() const { return false; }
   // Counters of this layer's own random draws (Dropout's call count), for checkpoints that
   // resume training with the randomness an uninterrupted run would have had. Empty for layers
   // that draw nothing; setting counters on such a layer is an error.
@@ -146,6 +151,9 @@ class AnyLayer {
  private:
   LayerPtr pointer_;
 };
+
+// Whether `root` or any layer inside it synchronizes_batch().
+bool any_layer_synchronizes_batch(const Layer& root);
 
 // Unique layer names: "dense", then "dense_1", "dense_2", … per prefix.
 std::string unique_layer_name(const std::string& prefix);

@@ -4,6 +4,15 @@
 #include "engine/ops.h"
 
 namespace keras::layers {
+namespace {
+
+// `sharding` with each of `dims` replicated on every mesh axis (gathered before the product).
+distribution::Sharding whole_along_all(distribution::Sharding sharding, const std::vector<int>& dims) {
+  for (int dim : dims) sharding = distribution::sharding_rules::whole_along(sharding, dim);
+  return sharding;
+}
+
+}  // namespace
 
 Tensor sharded_projection(const distribution::ShardingContext& context, const Tensor& inputs,
                           const ShardedProjection& projection) {
@@ -12,11 +21,18 @@ Tensor sharded_projection(const distribution::ShardingContext& context, const Te
   const rules::Contraction& labels = projection.labels;
   Sharding x_sharding = context.activation_sharding(inputs);
   Sharding kernel_sharding = distribution::variable_sharding(projection.kernel, context.mesh);
-  rules::OperationSharding product_rule = rules::contraction(labels, x_sharding, kernel_sharding);
-  Tensor product = ops::einsum(
-      labels.x + "," + labels.kernel + "->" + labels.output,
-      context.operand(inputs, x_sharding, product_rule.inputs[0], product_rule.output),
-      context.operand(projection.kernel, kernel_sharding, product_rule.inputs[1], product_rule.output));
+  rules::OperationSharding product_rule =
+      rules::contraction(labels, whole_along_all(x_sharding, projection.whole_input_dims),
+                         whole_along_all(kernel_sharding, projection.whole_kernel_dims));
+  if (!projection.output_shape.empty()) {
+    product_rule.output = Sharding(context.mesh, product_rule.output.placements(), projection.output_shape);
+  }
+  Tensor x_local = context.operand(inputs, x_sharding, product_rule.inputs[0], product_rule.output);
+  Tensor kernel_local =
+      context.operand(projection.kernel, kernel_sharding, product_rule.inputs[1], product_rule.output);
+  Tensor product = projection.product
+                       ? projection.product(x_local, kernel_local)
+                       : ops::einsum(labels.x + "," + labels.kernel + "->" + labels.output, x_local, kernel_local);
   product.set_annotation(nullptr);
   std::optional<Sharding> preferred;
   if (auto layout = context.active->get_tensor_layout(projection.layer_path + "/output")) {

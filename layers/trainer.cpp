@@ -165,7 +165,8 @@ Trainer::StepResult Trainer::train_step(const Tensor& x, const Tensor& y, double
       // The state the old reducer kept by blocks is made whole before another takes over
       // (every process replaces it at the same step).
       model_.gather_optimizer_state();
-      const bool layers_communicate = context.layers_communicate(variables);
+      const bool layers_communicate =
+          context.layers_communicate(variables) || any_layer_synchronizes_batch(model_);
       model_.gradient_reducer_ = std::make_shared<distribution::GradientReducer>(
           context.group(), reduced, distribution::BucketOptions{},
           /*overlap=*/!layers_communicate, /*shard_updates=*/!layers_communicate);

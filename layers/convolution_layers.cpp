@@ -1,0 +1,159 @@
+// Conv2D and the pooling layers (see the header).
+#include "layers/convolution_layers.h"
+
+#include <cctype>
+
+#include "distribution/sharding_rules.h"
+#include "engine/errors.h"
+#include "engine/ops.h"
+#include "engine/window_geometry.h"
+#include "layers/sharded_projection.h"
+
+namespace keras::layers {
+namespace {
+
+void refuse_channels_first(const std::string& data_format, const char* layer) {
+  if (data_format == "channels_last") return;
+  if (data_format == "channels_first") {
+    throw NotImplementedError(str(layer, ": data_format \"channels_first\" is not supported; keras-cpp's image "
+                                  "layers are channels_last (batch, height, width, channels)"));
+  }
+  throw ValueError(str(layer, ": data_format must be \"channels_last\" or \"channels_first\", got \"",
+                       data_format, "\""));
+}
+
+std::string lowered(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+}  // namespace
+
+Conv2D::Conv2D(std::int64_t filters, std::vector<std::int64_t> kernel_size, Conv2DOptions options)
+    : Layer("conv2d", options.name), filters_(filters), options_(std::move(options)),
+      activation_(activations::get(options_.activation)) {
+  refuse_channels_first(options_.data_format, "Conv2D");
+  if (filters <= 0) throw ValueError(str("Conv2D: filters must be a positive integer, got ", filters));
+  if (options_.groups <= 0) throw ValueError(str("Conv2D: groups must be a positive integer, got ", options_.groups));
+  if (filters % options_.groups != 0) {
+    throw ValueError(str("Conv2D: filters (", filters, ") must be divisible by groups (", options_.groups, ")"));
+  }
+  kernel_size_ = window_pair(kernel_size, "Conv2D", "kernel_size");
+  std::vector<std::int64_t> strides = window_pair(options_.strides, "Conv2D", "strides");
+  std::vector<std::int64_t> dilation = window_pair(options_.dilation_rate, "Conv2D", "dilation_rate");
+  options_.padding = lowered(options_.padding);
+  parse_window_padding(options_.padding, "Conv2D");
+  if ((strides[0] > 1 || strides[1] > 1) && (dilation[0] > 1 || dilation[1] > 1)) {
+    throw ValueError(str("Conv2D: strides > 1 are not supported together with dilation_rate > 1 (as in Keras); "
+                         "got strides (", strides[0], ", ", strides[1], ") and dilation_rate (", dilation[0], ", ",
+                         dilation[1], ")"));
+  }
+  if (!options_.kernel_initializer) options_.kernel_initializer = initializers::glorot_uniform();
+  if (!options_.bias_initializer) options_.bias_initializer = initializers::zeros();
+}
+
+void Conv2D::build(const Shape& input_shape) {
+  if (input_shape.size() != 4) {
+    throw ShapeError(str("Conv2D '", name(), "' expects channels_last inputs (batch, height, width, channels), got "
+                         "shape ", shape_to_string(input_shape)));
+  }
+  std::int64_t channels = input_shape[3];
+  if (channels % options_.groups != 0) {
+    throw ValueError(str("Conv2D '", name(), "': the input's ", channels, " channels (shape ",
+                         shape_to_string(input_shape), ") are not divisible by groups (", options_.groups, ")"));
+  }
+  kernel_ = add_weight("kernel", {kernel_size_[0], kernel_size_[1], channels / options_.groups, filters_},
+                       options_.kernel_initializer);
+  if (options_.use_bias) bias_ = add_weight("bias", {filters_}, options_.bias_initializer);
+}
+
+Tensor Conv2D::convolve(const Tensor& inputs, const Tensor& kernel) const {
+  return ops::conv(inputs.dtype() == kernel.dtype() ? inputs : ops::cast(inputs, kernel.dtype()), kernel,
+                   options_.strides, options_.padding, "channels_last", options_.dilation_rate);
+}
+
+Tensor Conv2D::call(const Tensor& inputs, bool) {
+  if (auto context = distribution::ShardingContext::current()) return call_sharded(*context, inputs);
+  if (inputs.rank() != 4 || inputs.dim(3) != kernel_.dim(2) * options_.groups) {
+    throw ShapeError(str("Conv2D '", name(), "' was built for channels_last inputs with ",
+                         kernel_.dim(2) * options_.groups, " channels, got inputs of shape ",
+                         shape_to_string(inputs.shape())));
+  }
+  Tensor outputs = convolve(inputs, kernel_);
+  if (bias_.defined()) outputs = outputs + bias_;
+  return activation_(outputs);
+}
+
+Tensor Conv2D::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs) {
+  using distribution::Sharding;
+  Sharding x_sharding = context.activation_sharding(inputs);
+  const Shape& global = x_sharding.global_shape();
+  Shape kernel_shape = distribution::variable_sharding(kernel_, context.mesh).global_shape();
+  if (global.size() != 4 || global[3] != kernel_shape[2] * options_.groups) {
+    throw ShapeError(str("Conv2D '", name(), "' was built for channels_last inputs with ",
+                         kernel_shape[2] * options_.groups, " channels, got inputs laid out as ",
+                         x_sharding.to_string()));
+  }
+  WindowGeometry geometry = window_geometry(global, kernel_shape[0], kernel_shape[1], options_.strides,
+                                            parse_window_padding(options_.padding, "Conv2D"),
+                                            options_.dilation_rate, "Conv2D");
+  ShardedProjection projection;
+  projection.labels = {"byxi", "hwio", "byxo"};
+  projection.kernel = kernel_;
+  projection.bias = bias_;
+  projection.bias_dims = {3};
+  projection.layer_path = path();
+  projection.activation_name = options_.activation;
+  projection.activation = &activation_;
+  projection.product = [this](const Tensor& x, const Tensor& kernel) { return convolve(x, kernel); };
+  // A window spans rows and columns of the image, so these are gathered; grouped channels are
+  // too (a process's block of channels would not be whole groups).
+  projection.whole_input_dims = {1, 2};
+  projection.whole_kernel_dims = {0, 1};
+  if (options_.groups > 1) {
+    projection.whole_input_dims.push_back(3);
+    projection.whole_kernel_dims.insert(projection.whole_kernel_dims.end(), {2, 3});
+  }
+  projection.output_shape = {global[0], geometry.output_height, geometry.output_width, kernel_shape[3]};
+  return sharded_projection(context, inputs, projection);
+}
+
+MaxPooling2D::MaxPooling2D(std::vector<std::int64_t> pool_size, Pooling2DOptions options)
+    : Layer("max_pooling2d", options.name), pool_size_(window_pair(pool_size, "MaxPooling2D", "pool_size")),
+      options_(std::move(options)) {
+  refuse_channels_first(options_.data_format, "MaxPooling2D");
+  if (!options_.strides.empty()) window_pair(options_.strides, "MaxPooling2D", "strides");
+  parse_window_padding(options_.padding, "MaxPooling2D");
+}
+
+Tensor MaxPooling2D::call(const Tensor& inputs, bool) {
+  return ops::max_pool(inputs, pool_size_, options_.strides, options_.padding);
+}
+
+AveragePooling2D::AveragePooling2D(std::vector<std::int64_t> pool_size, Pooling2DOptions options)
+    : Layer("average_pooling2d", options.name),
+      pool_size_(window_pair(pool_size, "AveragePooling2D", "pool_size")), options_(std::move(options)) {
+  refuse_channels_first(options_.data_format, "AveragePooling2D");
+  if (!options_.strides.empty()) window_pair(options_.strides, "AveragePooling2D", "strides");
+  parse_window_padding(options_.padding, "AveragePooling2D");
+}
+
+Tensor AveragePooling2D::call(const Tensor& inputs, bool) {
+  return ops::average_pool(inputs, pool_size_, options_.strides, options_.padding);
+}
+
+GlobalAveragePooling2D::GlobalAveragePooling2D(bool keepdims, const std::string& data_format,
+                                               const std::string& name)
+    : Layer("global_average_pooling2d", name), keepdims_(keepdims) {
+  refuse_channels_first(data_format, "GlobalAveragePooling2D");
+}
+
+Tensor GlobalAveragePooling2D::call(const Tensor& inputs, bool) {
+  if (inputs.rank() != 4) {
+    throw ShapeError(str("GlobalAveragePooling2D '", name(), "' expects channels_last inputs (batch, height, width, "
+                         "channels), got shape ", shape_to_string(inputs.shape())));
+  }
+  return ops::mean(inputs, {1, 2}, keepdims_);
+}
+
+}  // namespace keras::layers
