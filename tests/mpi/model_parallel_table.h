@@ -1,7 +1,8 @@
 // The model-parallel table's shape, shared by the files that add rows to it: a case is a model,
 // a mesh sized from the job and a LayoutMap; model_parallel_tests.cpp trains each case on one
 // process and under ModelParallel and compares (see its opening). The MLP rows live there, the
-// transformer rows in transformer_parallel_cases.cpp.
+// transformer rows in transformer_parallel_cases.cpp, the convolution rows in
+// convolution_parallel_cases.cpp.
 #pragma once
 #include <functional>
 #include <memory>
@@ -22,6 +23,7 @@ struct Case {
   std::function<std::shared_ptr<Model>()> model;
   bool integer_inputs = false;          // token ids in [0, 24), shape (batch, 4)
   std::string batch_dim_name = "";      // "": the mesh's first axis, as in Keras
+  Shape image_shape = {};               // non-empty: inputs are (batch, height, width, channels) images
 };
 
 inline void PrintTo(const Case& test, std::ostream* out) { *out << test.name; }
@@ -40,5 +42,7 @@ constexpr std::int64_t kBatch = 8;
 
 // The transformer rows (transformer_parallel_cases.cpp).
 std::vector<Case> transformer_cases();
+// The convolution rows (convolution_parallel_cases.cpp).
+std::vector<Case> convolution_cases();
 
 }  // namespace keras::model_parallel_table

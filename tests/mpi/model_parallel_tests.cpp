@@ -150,6 +150,7 @@ std::vector<Case> mlp_cases() {
 std::vector<Case> cases() {
   std::vector<Case> all = mlp_cases();
   for (Case& transformer : transformer_cases()) all.push_back(std::move(transformer));
+  for (Case& convolution : convolution_cases()) all.push_back(std::move(convolution));
   return all;
 }
 
@@ -178,13 +179,16 @@ TrainingRun train(const Case& test, bool sharded) {
   if (test.integer_inputs) {
     probe = ops::cast(ops::random({RandomDistribution::uniform, 0, 24, 98}, {kBatch, 4}, float64), int64);
   }
+  Shape images{kBatch};
+  images.insert(images.end(), test.image_shape.begin(), test.image_shape.end());
+  if (!test.image_shape.empty()) probe = ops::random({RandomDistribution::normal, 0, 1, 97}, images);
   std::vector<double> before = model->predict(probe).to_vector<double>();
   for (int step = 0; step < kSteps; ++step) {
     RandomSpec data{RandomDistribution::normal, 0, 1, 100u + static_cast<unsigned>(step)};
     Tensor x = test.integer_inputs
                    ? ops::cast(ops::random({RandomDistribution::uniform, 0, 24, 300u + unsigned(step)},
                                            {kBatch, 4}, float64), int64)
-                   : ops::random(data, {kBatch, 6});
+                   : ops::random(data, test.image_shape.empty() ? Shape{kBatch, 6} : images);
     Tensor y = ops::cast(ops::random({RandomDistribution::uniform, 0, 4, 200u + unsigned(step)}, {kBatch}, float64),
                          int64);
     run.losses.push_back(model->train_on_batch(x, y));
