@@ -13,6 +13,12 @@ Two measurements, each interleaved round after round with ours and reported as m
                  JAX as a jitted stateless step (model.stateless_call, jax.value_and_grad,
                  Adam's stateless_apply, buffers donated), at 1 and 2 threads; then ours on 2
                  processes, ModelParallel beside DataParallel.
+  cnn            one training step of the Keras JAX guide's convnet (examples/fashion_mnist
+                 --model cnn: Rescaling, three Conv2D with BatchNormalization and ReLU, global
+                 average pooling, Dense 256, Dropout, Dense 10) on 28x28x1 images, batch 128:
+                 ours (convnet_step) beside the same model in Keras on JAX as a jitted stateless
+                 step, at 1 and 2 threads; then ours on 2 processes, DataParallel with the
+                 normalisations unsynchronized and synchronized.
   data-parallel  the same step on P processes, global batch 128: ours under mpirun
                  (data_parallel_step, with its unsynchronised step beside it) and Keras
                  DataParallel(auto_shard_dataset=False) on JAX's distributed runtime with gloo
@@ -23,7 +29,7 @@ Keras and JAX come from PyPI, pinned, in a virtual environment of this script's 
 (--venv, created on first use); the tests never need it.
 
   compare_keras_jax.py [--build DIR] [--threads 1,2] [--processes 2] [--rounds 5]
-                       [--only step|data-parallel|transformer] [--venv DIR]
+                       [--only step|data-parallel|transformer|cnn] [--venv DIR]
 """
 import argparse
 import json
@@ -53,11 +59,11 @@ def parse_arguments():
                         help="process counts of the data-parallel step (default 2)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per measurement")
-    parser.add_argument("--only", choices=("step", "data-parallel", "transformer"))
+    parser.add_argument("--only", choices=("step", "data-parallel", "transformer", "cnn"))
     parser.add_argument("--venv", default=DEFAULT_VENV,
                         help=f"virtual environment for Keras + JAX (default {DEFAULT_VENV})")
     # Internal: a child that times JAX and prints one JSON line.
-    parser.add_argument("--jax-worker", choices=("jit", "fit", "data-parallel", "transformer"),
+    parser.add_argument("--jax-worker", choices=("jit", "fit", "data-parallel", "transformer", "cnn"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--process-id", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--coordinator", help=argparse.SUPPRESS)
@@ -216,6 +222,24 @@ def transformer_worker(steps):
         x = x + keras.layers.Dense(width)(keras.layers.Dense(4 * width, activation="gelu")(normed))
     logits = keras.layers.Dense(256)(keras.layers.LayerNormalization(epsilon=1e-5)(x))
     model = keras.Model(tokens, logits)
+    generator = np.random.default_rng(7)
+    sequences = generator.integers(0, 256, size=(TRANSFORMER["batch"], context + 1)).astype(np.int32)
+    inputs, labels = jax.numpy.asarray(sequences[:, :-1]), jax.numpy.asarray(sequences[:, 1:])
+    seconds, loss = jitted_steps(model, inputs, labels, steps)
+    milliseconds = 1e3 * seconds
+    return {"ms_per_step": milliseconds, "final_loss": float(loss),
+            "tokens_per_second": TRANSFORMER["batch"] * context / milliseconds * 1e3}
+
+
+CNN_BATCH = 128
+
+
+def jitted_steps(model, inputs, labels, steps):
+    """Median seconds of a jitted stateless training step (forward, value_and_grad, Adam's
+    stateless_apply, buffers donated) of a built Keras model, after 3 warm-up steps."""
+    import jax
+    import keras
+
     optimizer = keras.optimizers.Adam(LEARNING_RATE)
     optimizer.build(model.trainable_variables)
     loss_function = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -233,9 +257,6 @@ def transformer_worker(steps):
         return loss, (trainable, non_trainable, optimizer_variables)
 
     step = jax.jit(step, donate_argnums=(0,))
-    generator = np.random.default_rng(7)
-    sequences = generator.integers(0, 256, size=(TRANSFORMER["batch"], context + 1)).astype(np.int32)
-    inputs, labels = jax.numpy.asarray(sequences[:, :-1]), jax.numpy.asarray(sequences[:, 1:])
     state = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables],
              [v.value for v in optimizer.variables])
     for _ in range(3):
@@ -247,9 +268,36 @@ def transformer_worker(steps):
         loss, state = step(state, inputs, labels)
         float(loss)
         durations.append(time.perf_counter() - started)
-    milliseconds = 1e3 * statistics.median(durations)
-    return {"ms_per_step": milliseconds, "final_loss": float(loss),
-            "tokens_per_second": TRANSFORMER["batch"] * context / milliseconds * 1e3}
+    return statistics.median(durations), float(loss)
+
+
+def cnn_worker(steps):
+    """The Keras JAX guide's convnet, as examples/fashion_mnist/guide_convnet.h builds it."""
+    import jax
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(42)
+    inputs = keras.Input((28, 28, 1))
+    x = keras.layers.Rescaling(1.0 / 255.0)(inputs)
+    x = keras.layers.Conv2D(12, 3, padding="same", use_bias=False)(x)
+    x = keras.layers.BatchNormalization(scale=False, center=True)(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.Conv2D(24, 6, use_bias=False, strides=2)(x)
+    x = keras.layers.BatchNormalization(scale=False, center=True)(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.Conv2D(32, 6, padding="same", strides=2, name="large_k")(x)
+    x = keras.layers.BatchNormalization(scale=False, center=True)(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dense(256, activation="relu")(x)
+    x = keras.layers.Dropout(0.5)(x)
+    model = keras.Model(inputs, keras.layers.Dense(10)(x))
+    generator = np.random.default_rng(7)
+    images = jax.numpy.asarray(generator.uniform(0, 255, size=(CNN_BATCH, 28, 28, 1)).astype(np.float32))
+    labels = jax.numpy.asarray(generator.integers(0, 10, size=(CNN_BATCH,)).astype(np.int32))
+    seconds, loss = jitted_steps(model, images, labels, steps)
+    return {"ms_per_step": 1e3 * seconds, "final_loss": loss, "images_per_second": CNN_BATCH / seconds}
 
 
 def run_worker(arguments):
@@ -257,6 +305,8 @@ def run_worker(arguments):
         result = jit_worker(arguments.steps)
     elif arguments.jax_worker == "transformer":
         result = transformer_worker(arguments.steps)
+    elif arguments.jax_worker == "cnn":
+        result = cnn_worker(arguments.steps)
     elif arguments.jax_worker == "fit":
         result = fit_worker(arguments.steps)
     else:
@@ -390,34 +440,52 @@ def measure_our_transformer_processes(build, processes, steps):
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
-def compare_transformer(arguments, python):
-    steps = max(5, arguments.steps // 3)
+def measure_our_cnn(build, threads, steps):
+    binary = os.path.join(build, "benchmarks", "convnet_step")
+    command = [binary, "--json", "--steps", str(steps), "--batch-size", str(CNN_BATCH)]
+    result = subprocess.run(pinned(cores_for(threads), command),
+                            env=dict(os.environ, KERAS_NUM_THREADS=str(threads)), capture_output=True, text=True)
+    return last_json(result, "convnet_step")
+
+
+def measure_our_cnn_processes(build, processes, steps):
+    binary = os.path.join(build, "benchmarks", "convnet_step")
+    command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(processes), "--bind-to", "core",
+               "-x", "KERAS_NUM_THREADS=1", binary, "--json", "--steps", str(steps), "--batch-size", str(CNN_BATCH)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"convnet_step under mpirun failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def compare_model(arguments, python, label, steps, measure_ours, worker, measure_ours_processes, items, unit):
+    """One model's step, ours beside Keras+JAX's jitted step, interleaved; then ours on the
+    process counts (each mode the binary times). `items` per step (tokens, images) per second."""
     rows = []
     for threads in arguments.thread_counts:
         ours, jax_times, utilisation = [], [], []
         for round_index in range(arguments.rounds):
             for which in (("ours", "jax") if round_index % 2 == 0 else ("jax", "ours")):
                 if which == "ours":
-                    result = measure_our_transformer(arguments.build, threads, steps)
+                    result = measure_ours(arguments.build, threads, steps)
                     ours.append(result["step_ms"])
                     utilisation.append(result["mfu"])
                 else:
-                    jax_times.append(measure_jax(python, "transformer", threads, steps)["ms_per_step"])
-            print(f"  transformer, {threads} thread(s), round {round_index + 1}: ours {ours[-1]:.1f} ms "
-                  f"(MFU {100 * utilisation[-1]:.0f}%), Keras+JAX jitted {jax_times[-1]:.1f} ms", flush=True)
+                    jax_times.append(measure_jax(python, worker, threads, steps)["ms_per_step"])
+            print(f"  {label}, {threads} thread(s), round {round_index + 1}: ours {ours[-1]:.2f} ms "
+                  f"(MFU {100 * utilisation[-1]:.0f}%), Keras+JAX jitted {jax_times[-1]:.2f} ms", flush=True)
         rows.append((threads, median(ours), median(jax_times), median(utilisation)))
-    tokens = TRANSFORMER["batch"] * TRANSFORMER["context"]
-    print_markdown(["threads", "keras-cpp ms/step", "tokens/s", "MFU (FMA roof)", "Keras+JAX jitted ms/step",
+    print_markdown(["threads", "keras-cpp ms/step", f"{unit}/s", "MFU (FMA roof)", "Keras+JAX jitted ms/step",
                     "ours / Keras+JAX"],
-                   [[f"{threads}", f"{ours:.1f}", f"{tokens / ours * 1e3:.0f}", f"{100 * mfu:.0f}%",
-                     f"{jax_ms:.1f}", f"{ours / jax_ms:.2f}"] for threads, ours, jax_ms, mfu in rows])
+                   [[f"{threads}", f"{ours:.2f}", f"{items / ours * 1e3:.0f}", f"{100 * mfu:.0f}%",
+                     f"{jax_ms:.2f}", f"{ours / jax_ms:.2f}"] for threads, ours, jax_ms, mfu in rows])
     for processes in arguments.process_counts:
         by_mode = {}
         for _ in range(arguments.rounds):
-            for result in measure_our_transformer_processes(arguments.build, processes, steps):
+            for result in measure_ours_processes(arguments.build, processes, steps):
                 by_mode.setdefault(result["mode"], []).append(result["step_ms"])
-        print_markdown(["processes", "mode", "keras-cpp ms/step", "tokens/s"],
-                       [[f"{processes}", mode, f"{median(times):.1f}", f"{tokens / median(times) * 1e3:.0f}"]
+        print_markdown(["processes", "mode", "keras-cpp ms/step", f"{unit}/s"],
+                       [[f"{processes}", mode, f"{median(times):.2f}", f"{items / median(times) * 1e3:.0f}"]
                         for mode, times in by_mode.items()])
 
 
@@ -488,7 +556,7 @@ def main():
     if arguments.jax_worker:
         run_worker(arguments)
         return
-    for name in ("training_step_benchmark", "data_parallel_step", "transformer_step"):
+    for name in ("training_step_benchmark", "data_parallel_step", "transformer_step", "convnet_step"):
         path = os.path.join(arguments.build, "benchmarks", name)
         if not os.access(path, os.X_OK):
             sys.exit(f"{path} is not an executable: build the benchmarks into --build first")
@@ -502,7 +570,12 @@ def main():
     if arguments.only in (None, "data-parallel"):
         compare_data_parallel(arguments, python)
     if arguments.only in (None, "transformer"):
-        compare_transformer(arguments, python)
+        compare_model(arguments, python, "transformer", max(5, arguments.steps // 3), measure_our_transformer,
+                      "transformer", measure_our_transformer_processes,
+                      TRANSFORMER["batch"] * TRANSFORMER["context"], "tokens")
+    if arguments.only in (None, "cnn"):
+        compare_model(arguments, python, "cnn", arguments.steps, measure_our_cnn, "cnn", measure_our_cnn_processes,
+                      CNN_BATCH, "images")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/step_timing.h"
 #include "keras.h"
 
 namespace {
@@ -59,20 +60,14 @@ double time_steps(keras::Sequential& model, const keras::Tensor& x, const keras:
   std::vector<double> seconds;
   double sync_seconds = 0;
   for (int i = 0; i < options.steps; ++i) {
-    kd::world().barrier();
-    auto begin = std::chrono::steady_clock::now();
-    model.train_on_batch(x, y);
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    kd::world().all_reduce(&elapsed, 1, keras::float64, kd::ReduceOperation::max);
-    seconds.push_back(elapsed);
+    seconds.push_back(keras_benchmarks::slowest_step_seconds(model, x, y));
     sync_seconds += model.last_gradient_sync_seconds();
   }
   if (sync_seconds > 0 && kd::process_id() == 0 && !options.json) {
     std::printf("  (process 0 spent %.2f ms per step in gradient collectives)\n",
                 sync_seconds / options.steps * 1e3);
   }
-  std::sort(seconds.begin(), seconds.end());
-  return seconds[seconds.size() / 2];
+  return keras_benchmarks::median(seconds);
 }
 
 keras::Sequential make_model() {

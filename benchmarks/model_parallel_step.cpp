@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/step_timing.h"
 #include "keras.h"
 
 namespace {
@@ -73,18 +74,10 @@ std::shared_ptr<keras::Sequential> make_model(const Options& options) {
 
 double timed_step(Contender& contender, const keras::Tensor& x, const keras::Tensor& y) {
   kd::set_distribution(contender.distribution);
-  kd::world().barrier();
-  auto begin = std::chrono::steady_clock::now();
-  contender.model->train_on_batch(x, y);
-  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  kd::world().all_reduce(&elapsed, 1, keras::float64, kd::ReduceOperation::max);  // the slowest decides
-  return elapsed;
+  return keras_benchmarks::slowest_step_seconds(*contender.model, x, y);
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
+using keras_benchmarks::median;
 
 std::string megabytes(double bytes) {
   char text[32];

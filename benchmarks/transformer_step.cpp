@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "benchmarks/fma_roof.h"
+#include "benchmarks/step_timing.h"
 #include "examples/transformer_lm/byte_gpt.h"
 #include "keras.h"
 
@@ -66,44 +66,6 @@ Options parse(int argc, char** argv) {
   return options;
 }
 
-// GFLOP/s of the FMA chains on every thread of the engine's pool at once (median of 5).
-double fma_roof_gflops() {
-#if defined(__x86_64__)
-  constexpr std::int64_t kRounds = 1 << 22;
-  const int threads = keras::num_threads();
-  std::vector<double> rates;
-  for (int repeat = 0; repeat < 5; ++repeat) {
-    auto begin = std::chrono::steady_clock::now();
-    volatile double sink = 0;
-    keras::parallel_for(threads, 1, [&](std::int64_t first, std::int64_t last) {
-      for (std::int64_t part = first; part < last; ++part) sink = sink + keras_benchmarks::fma_chains(kRounds);
-    });
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    rates.push_back(keras_benchmarks::kFmaChainFlops * static_cast<double>(kRounds) * threads / seconds / 1e9);
-  }
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
-#else
-  return 0;
-#endif
-}
-
-// Median seconds per step over the processes' slowest, after warm-up steps.
-double time_steps(keras::Model& model, const keras::Tensor& x, const keras::Tensor& y, const Options& options) {
-  for (int i = 0; i < options.warmup; ++i) model.train_on_batch(x, y);
-  std::vector<double> seconds;
-  for (int i = 0; i < options.steps; ++i) {
-    auto begin = std::chrono::steady_clock::now();
-    model.train_on_batch(x, y);
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    keras::Tensor slowest = keras::Tensor::from_vector<double>({elapsed}, {1});
-    kd::world().all_reduce(slowest, kd::ReduceOperation::max);
-    seconds.push_back(slowest.item());
-  }
-  std::sort(seconds.begin(), seconds.end());
-  return seconds[seconds.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -123,7 +85,7 @@ int main(int argc, char** argv) {
     keras::Tensor sequences = keras::Tensor::from_vector<std::int64_t>(tokens, {options.batch_size, context + 1});
     keras::Tensor x = keras::ops::slice(sequences, {0, 0}, {options.batch_size, context});
     keras::Tensor y = keras::ops::slice(sequences, {0, 1}, {options.batch_size, context});
-    const double roof = fma_roof_gflops();
+    const double roof = keras_benchmarks::fma_roof_gflops();
     const double flops = byte_gpt::training_step_flops(options.model, options.batch_size, context);
 
     std::vector<std::string> modes;
@@ -144,7 +106,7 @@ int main(int argc, char** argv) {
       }
       byte_gpt::BytePredictor model(options.model);
       model.compile(keras::optimizers::Adam(1e-3), keras::losses::SparseCategoricalCrossentropy(true));
-      double step = time_steps(model, x, y, options);
+      double step = keras_benchmarks::median_step_seconds(model, x, y, options.warmup, options.steps);
       kd::set_distribution(nullptr);
       if (!leader) continue;
       const double tokens_per_second = static_cast<double>(options.batch_size * context) / step;

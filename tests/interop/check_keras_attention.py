@@ -11,14 +11,12 @@ Keras and JAX come from the virtual environment of benchmarks/compare_keras_jax.
 """
 import json
 import os
-import struct
-import subprocess
 import sys
-import tempfile
 
-VENV = os.environ.get("KERAS_JAX_VENV",
-                      os.path.join(os.path.expanduser("~"), ".cache", "keras-cpp", "keras-jax-venv"))
-SKIP = 77
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import keras_check  # noqa: E402
+from keras_check import write_safetensors  # noqa: E402
+
 
 # (name, heads, key_dim, value_dim, batch, T, S, width, mask, causal)
 CASES = [
@@ -27,20 +25,6 @@ CASES = [
     ("self_attention_causal", 3, 2, 2, 2, 5, 5, 6, False, True),
     ("self_attention_causal_and_masked", 2, 4, 4, 1, 6, 6, 8, True, True),
 ]
-
-
-def write_safetensors(path, tensors):
-    """The safetensors format by hand: an 8-byte header length, JSON, then the raw bytes."""
-    header, offset, blobs = {}, 0, []
-    for name, array in tensors.items():
-        data = array.astype("<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as handle:
-        handle.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 def keras_side(directory):
@@ -89,40 +73,7 @@ def keras_side(directory):
                        "causal": causal, "keras": keras.__version__, "jax": jax.__version__}, handle)
 
 
-def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--keras-side":
-        keras_side(sys.argv[2])
-        return 0
-    if len(sys.argv) != 2:
-        print(__doc__)
-        return 2
-    python = os.path.join(VENV, "bin", "python")
-    if not os.access(python, os.X_OK):
-        print(f"skipped: no Keras + JAX virtual environment at {VENV} "
-              "(python3 benchmarks/compare_keras_jax.py creates it)")
-        return SKIP
-    with tempfile.TemporaryDirectory() as directory:
-        environment = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
-        made = subprocess.run([python, os.path.abspath(__file__), "--keras-side", directory],
-                              capture_output=True, text=True, env=environment)
-        if made.returncode != 0:
-            print(f"the Keras side failed:\n{made.stdout}\n{made.stderr}")
-            return 1
-        failed = 0
-        for case in CASES:
-            name = case[0]
-            with open(os.path.join(directory, name + ".json")) as handle:
-                config = json.load(handle)
-            command = [sys.argv[1], os.path.join(directory, name + ".safetensors"), str(config["heads"]),
-                       str(config["key_dim"]), str(config["value_dim"]), "1" if config["masked"] else "0",
-                       "1" if config["causal"] else "0"]
-            result = subprocess.run(command, capture_output=True, text=True)
-            print(f"{name} (Keras {config['keras']}, JAX {config['jax']}): {result.stdout.strip()}")
-            if result.returncode != 0:
-                print(result.stderr)
-                failed += 1
-        return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(keras_check.main(__file__, __doc__, keras_side, [case[0] for case in CASES],
+                              lambda config: [str(config["heads"]), str(config["key_dim"]), str(config["value_dim"]),
+                                             "1" if config["masked"] else "0", "1" if config["causal"] else "0"]))

@@ -14,12 +14,11 @@ Keras and JAX come from the virtual environment of benchmarks/compare_keras_jax.
 """
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_keras_attention import SKIP, VENV, write_safetensors  # noqa: E402
+import keras_check  # noqa: E402
+from keras_check import write_safetensors  # noqa: E402
 
 # (name, input shape, filters, kernel (h, w), strides, padding, dilation, groups, use_bias)
 CASES = [
@@ -89,41 +88,8 @@ def keras_side(directory):
                        "keras": keras.__version__, "jax": jax.__version__}, handle)
 
 
-def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--keras-side":
-        keras_side(sys.argv[2])
-        return 0
-    if len(sys.argv) != 2:
-        print(__doc__)
-        return 2
-    python = os.path.join(VENV, "bin", "python")
-    if not os.access(python, os.X_OK):
-        print(f"skipped: no Keras + JAX virtual environment at {VENV} "
-              "(python3 benchmarks/compare_keras_jax.py creates it)")
-        return SKIP
-    with tempfile.TemporaryDirectory() as directory:
-        environment = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
-        made = subprocess.run([python, os.path.abspath(__file__), "--keras-side", directory],
-                              capture_output=True, text=True, env=environment)
-        if made.returncode != 0:
-            print(f"the Keras side failed:\n{made.stdout}\n{made.stderr}")
-            return 1
-        failed = 0
-        for case in CASES:
-            name = case[0]
-            with open(os.path.join(directory, name + ".json")) as handle:
-                config = json.load(handle)
-            command = [sys.argv[1], os.path.join(directory, name + ".safetensors"), str(config["filters"]),
-                       str(config["kernel"][0]), str(config["kernel"][1]), str(config["strides"]),
-                       config["padding"], str(config["dilation"]), str(config["groups"]),
-                       "1" if config["use_bias"] else "0"]
-            result = subprocess.run(command, capture_output=True, text=True)
-            print(f"{name} (Keras {config['keras']}, JAX {config['jax']}): {result.stdout.strip()}")
-            if result.returncode != 0:
-                print(result.stderr)
-                failed += 1
-        return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(keras_check.main(__file__, __doc__, keras_side, [case[0] for case in CASES],
+                              lambda config: [str(config["filters"]), str(config["kernel"][0]), str(config["kernel"][1]),
+                                             str(config["strides"]), config["padding"], str(config["dilation"]),
+                                             str(config["groups"]), "1" if config["use_bias"] else "0"]))

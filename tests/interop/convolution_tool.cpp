@@ -12,24 +12,9 @@
 #include <string>
 
 #include "keras.h"
+#include "tests/interop/worst_error.h"
 
-namespace {
-
-double worst_error(const keras::Tensor& actual, const keras::Tensor& expected, const std::string& what) {
-  if (actual.shape() != expected.shape()) {
-    throw keras::ShapeError(keras::str(what, ": ours has shape ", keras::shape_to_string(actual.shape()),
-                                       ", Keras' ", keras::shape_to_string(expected.shape())));
-  }
-  std::vector<double> ours = actual.to_vector<double>(), theirs = expected.to_vector<double>();
-  double worst = 0;
-  for (std::size_t i = 0; i < ours.size(); ++i) {
-    worst = std::max(worst, std::abs(ours[i] - theirs[i]) / std::max(1.0, std::abs(theirs[i])));
-  }
-  if (worst > 1e-5) std::fprintf(stderr, "%s differs from Keras' by %.2e\n", what.c_str(), worst);
-  return worst;
-}
-
-}  // namespace
+using interop::worst_error;
 
 int main(int argc, char** argv) {
   if (argc != 10) {
@@ -101,7 +86,7 @@ int main(int argc, char** argv) {
     std::printf("training output, input gradient, %d weights (gradients, updated moving statistics), inference "
                 "and pooling agree with Keras within %.2e (relative, tolerance 1e-5)\n",
                 compared, worst);
-    return worst <= 1e-5 ? 0 : 1;
+    return worst <= interop::kTolerance ? 0 : 1;
   } catch (const keras::Error& error) {
     std::fprintf(stderr, "convolution_tool: %s\n", error.what());
     return 1;
