@@ -12,39 +12,19 @@
 
 #include "benchmarks/step_timing.h"
 #include "examples/fashion_mnist/guide_convnet.h"
+#include "benchmarks/step_flags.h"
 #include "keras.h"
 
 namespace {
 
 namespace kd = keras::distribution;
 
-struct Options {
-  int steps = 20;
-  int warmup = 3;
-  std::int64_t batch_size = 128;
-  bool json = false;
-};
+using Options = keras_benchmarks::StepFlags;
 
 Options parse(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--json") {
-      options.json = true;
-      continue;
-    }
-    if (i + 1 >= argc) throw keras::ValueError(flag + " needs a value");
-    std::string text = argv[++i];
-    char* end = nullptr;
-    long value = std::strtol(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || value < 1) {
-      throw keras::ValueError(flag + " needs a positive integer, got '" + text + "'");
-    }
-    if (flag == "--steps") options.steps = static_cast<int>(value);
-    else if (flag == "--warmup") options.warmup = static_cast<int>(value);
-    else if (flag == "--batch-size") options.batch_size = value;
-    else throw keras::ValueError("unknown flag " + flag);
-  }
+  options.steps = 20;
+  keras_benchmarks::parse_step_flags(argc, argv, options);
   return options;
 }
 

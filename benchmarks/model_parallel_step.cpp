@@ -14,38 +14,27 @@
 #include <vector>
 
 #include "benchmarks/step_timing.h"
+#include "benchmarks/step_flags.h"
 #include "keras.h"
 
 namespace {
 
 namespace kd = keras::distribution;
 
-struct Options {
-  int steps = 10;
-  int warmup = 2;
+struct Options : keras_benchmarks::StepFlags {
   int rounds = 3;
-  std::int64_t batch_size = 128;
   std::int64_t hidden = 4096;
 };
 
 Options parse(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; i += 2) {
-    std::string flag = argv[i];
-    if (i + 1 >= argc) throw keras::ValueError(keras::str(flag, " needs a value"));
-    std::string text = argv[i + 1];
-    char* end = nullptr;
-    long value = std::strtol(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || value < 1) {
-      throw keras::ValueError(keras::str(flag, " needs a positive integer, got '", text, "'"));
-    }
-    if (flag == "--steps") options.steps = static_cast<int>(value);
-    else if (flag == "--warmup") options.warmup = static_cast<int>(value);
-    else if (flag == "--rounds") options.rounds = static_cast<int>(value);
-    else if (flag == "--batch-size") options.batch_size = value;
-    else if (flag == "--hidden") options.hidden = value;
-    else throw keras::ValueError(keras::str("unknown flag ", flag));
-  }
+  options.warmup = 2;
+  keras_benchmarks::parse_step_flags(argc, argv, options, [&](const std::string& flag, const std::string& text) {
+    if (flag == "--rounds") options.rounds = static_cast<int>(keras_benchmarks::positive_integer(flag, text));
+    else if (flag == "--hidden") options.hidden = keras_benchmarks::positive_integer(flag, text);
+    else return false;
+    return true;
+  });
   return options;
 }
 

@@ -17,52 +17,38 @@
 
 #include "benchmarks/step_timing.h"
 #include "examples/transformer_lm/byte_gpt.h"
+#include "benchmarks/step_flags.h"
 #include "keras.h"
 
 namespace {
 
 namespace kd = keras::distribution;
 
-struct Options {
-  int steps = 10;
-  int warmup = 3;
-  std::int64_t batch_size = 32;
+struct Options : keras_benchmarks::StepFlags {
   byte_gpt::Config model;
   std::string only;
-  bool json = false;
 };
 
 Options parse(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--json") {
-      options.json = true;
-      continue;
-    }
-    if (i + 1 >= argc) throw keras::ValueError(flag + " needs a value");
-    std::string text = argv[++i];
+  options.batch_size = 32;
+  keras_benchmarks::parse_step_flags(argc, argv, options, [&](const std::string& flag, const std::string& text) {
     if (flag == "--only") {
       if (text != "none" && text != "data_parallel" && text != "model_parallel") {
         throw keras::ValueError("--only must be none, data_parallel or model_parallel, got '" + text + "'");
       }
       options.only = text;
-      continue;
+      return true;
     }
-    char* end = nullptr;
-    long value = std::strtol(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || value < 1) {
-      throw keras::ValueError(flag + " needs a positive integer, got '" + text + "'");
-    }
-    if (flag == "--steps") options.steps = static_cast<int>(value);
-    else if (flag == "--warmup") options.warmup = static_cast<int>(value);
-    else if (flag == "--batch-size") options.batch_size = value;
-    else if (flag == "--blocks") options.model.blocks = value;
-    else if (flag == "--width") options.model.width = value;
-    else if (flag == "--heads") options.model.heads = value;
-    else if (flag == "--context") options.model.context = value;
-    else throw keras::ValueError("unknown flag " + flag);
-  }
+    std::int64_t* target = flag == "--blocks"  ? &options.model.blocks
+                           : flag == "--width" ? &options.model.width
+                           : flag == "--heads" ? &options.model.heads
+                           : flag == "--context" ? &options.model.context
+                                                 : nullptr;
+    if (target == nullptr) return false;
+    *target = keras_benchmarks::positive_integer(flag, text);
+    return true;
+  });
   return options;
 }
 

@@ -17,6 +17,23 @@
 
 namespace keras::window {
 
+// Where a flat index lies: an input element (image, row, column, channel), or an output pixel
+// (image, row, column; channel unused).
+struct Position {
+  std::int64_t image, row, column, channel;
+};
+
+KERAS_HOST_DEVICE inline Position input_position(const WindowGeometry& g, std::int64_t e) {
+  std::int64_t pixel = e / g.input_channels;
+  return {pixel / (g.input_width * g.input_height), pixel / g.input_width % g.input_height,
+          pixel % g.input_width, e % g.input_channels};
+}
+
+KERAS_HOST_DEVICE inline Position output_position(const WindowGeometry& g, std::int64_t pixel) {
+  return {pixel / (g.output_width * g.output_height), pixel / g.output_width % g.output_height,
+          pixel % g.output_width, 0};
+}
+
 // The patch-matrix element e of `input` (batch, height, width, channels); 0 in the padding.
 template <typename T>
 KERAS_HOST_DEVICE T patch_element(const T* input, const WindowGeometry& g, std::int64_t e) {
@@ -27,16 +44,12 @@ KERAS_HOST_DEVICE T patch_element(const T* input, const WindowGeometry& g, std::
   rest /= g.window_width;
   std::int64_t window_row = rest % g.window_height;
   rest /= g.window_height;
-  std::int64_t pixel = rest % g.output_pixels();
   std::int64_t group = rest / g.output_pixels();
-  std::int64_t output_column = pixel % g.output_width;
-  std::int64_t output_row = pixel / g.output_width % g.output_height;
-  std::int64_t image = pixel / (g.output_width * g.output_height);
-  std::int64_t row = output_row * g.stride_height - g.pad_top + window_row * g.dilation_height;
-  std::int64_t column =
-      output_column * g.stride_width - g.pad_left + window_column * g.dilation_width;
+  Position out = output_position(g, rest % g.output_pixels());
+  std::int64_t row = out.row * g.stride_height - g.pad_top + window_row * g.dilation_height;
+  std::int64_t column = out.column * g.stride_width - g.pad_left + window_column * g.dilation_width;
   if (row < 0 || row >= g.input_height || column < 0 || column >= g.input_width) return T(0);
-  return input[((image * g.input_height + row) * g.input_width + column) * g.input_channels +
+  return input[((out.image * g.input_height + row) * g.input_width + column) * g.input_channels +
                group * group_channels + channel];
 }
 
@@ -61,19 +74,14 @@ KERAS_HOST_DEVICE inline std::int64_t covering_output(const WindowGeometry& g, s
 template <typename T>
 KERAS_HOST_DEVICE T input_gradient_element(const T* patch_gradient, const WindowGeometry& g,
                                            std::int64_t e) {
-  std::int64_t channel = e % g.input_channels;
-  std::int64_t rest = e / g.input_channels;
-  std::int64_t column = rest % g.input_width;
-  rest /= g.input_width;
-  std::int64_t row = rest % g.input_height;
-  std::int64_t image = rest / g.input_height;
+  Position in = input_position(g, e);
   std::int64_t group_channels = g.channels_per_group();
-  std::int64_t group = channel / group_channels;
-  std::int64_t group_channel = channel % group_channels;
+  std::int64_t group = in.channel / group_channels;
+  std::int64_t group_channel = in.channel % group_channels;
   T total = T(0);
   for (std::int64_t window_row = 0; window_row < g.window_height; ++window_row) {
     for (std::int64_t window_column = 0; window_column < g.window_width; ++window_column) {
-      std::int64_t pixel = covering_output(g, image, row, column, window_row, window_column);
+      std::int64_t pixel = covering_output(g, in.image, in.row, in.column, window_row, window_column);
       if (pixel < 0) continue;
       std::int64_t patch_row = group * g.output_pixels() + pixel;
       total += patch_gradient[((patch_row * g.window_height + window_row) * g.window_width +
@@ -88,18 +96,16 @@ KERAS_HOST_DEVICE T input_gradient_element(const T* patch_gradient, const Window
 template <typename T>
 KERAS_HOST_DEVICE std::int64_t max_pool_selection(const T* input, const WindowGeometry& g,
                                                   std::int64_t pixel, std::int64_t channel) {
-  std::int64_t output_column = pixel % g.output_width;
-  std::int64_t output_row = pixel / g.output_width % g.output_height;
-  std::int64_t image = pixel / (g.output_width * g.output_height);
+  Position out = output_position(g, pixel);
   std::int64_t selected = -1;
   for (std::int64_t window_row = 0; window_row < g.window_height; ++window_row) {
-    std::int64_t row = output_row * g.stride_height - g.pad_top + window_row;
+    std::int64_t row = out.row * g.stride_height - g.pad_top + window_row;
     if (row < 0 || row >= g.input_height) continue;
     for (std::int64_t window_column = 0; window_column < g.window_width; ++window_column) {
-      std::int64_t column = output_column * g.stride_width - g.pad_left + window_column;
+      std::int64_t column = out.column * g.stride_width - g.pad_left + window_column;
       if (column < 0 || column >= g.input_width) continue;
       std::int64_t at =
-          ((image * g.input_height + row) * g.input_width + column) * g.input_channels + channel;
+          ((out.image * g.input_height + row) * g.input_width + column) * g.input_channels + channel;
       if (scalar::is_nan(input[at])) return at;
       if (selected < 0 || input[at] > input[selected]) selected = at;
     }
@@ -109,10 +115,9 @@ KERAS_HOST_DEVICE std::int64_t max_pool_selection(const T* input, const WindowGe
 
 // How many input elements (not padding) the window of output `pixel` covers.
 KERAS_HOST_DEVICE inline std::int64_t window_count(const WindowGeometry& g, std::int64_t pixel) {
-  std::int64_t output_column = pixel % g.output_width;
-  std::int64_t output_row = pixel / g.output_width % g.output_height;
-  std::int64_t first_row = output_row * g.stride_height - g.pad_top;
-  std::int64_t first_column = output_column * g.stride_width - g.pad_left;
+  Position out = output_position(g, pixel);
+  std::int64_t first_row = out.row * g.stride_height - g.pad_top;
+  std::int64_t first_column = out.column * g.stride_width - g.pad_left;
   std::int64_t rows = 0, columns = 0;
   for (std::int64_t r = first_row; r < first_row + g.window_height; ++r) {
     rows += (r >= 0 && r < g.input_height) ? 1 : 0;
@@ -130,17 +135,15 @@ KERAS_HOST_DEVICE T pool_element(bool max, const T* input, const WindowGeometry&
   std::int64_t channel = e % g.input_channels;
   std::int64_t pixel = e / g.input_channels;
   if (max) return input[max_pool_selection(input, g, pixel, channel)];
-  std::int64_t output_column = pixel % g.output_width;
-  std::int64_t output_row = pixel / g.output_width % g.output_height;
-  std::int64_t image = pixel / (g.output_width * g.output_height);
+  Position out = output_position(g, pixel);
   T total = T(0);
   for (std::int64_t window_row = 0; window_row < g.window_height; ++window_row) {
-    std::int64_t row = output_row * g.stride_height - g.pad_top + window_row;
+    std::int64_t row = out.row * g.stride_height - g.pad_top + window_row;
     if (row < 0 || row >= g.input_height) continue;
     for (std::int64_t window_column = 0; window_column < g.window_width; ++window_column) {
-      std::int64_t column = output_column * g.stride_width - g.pad_left + window_column;
+      std::int64_t column = out.column * g.stride_width - g.pad_left + window_column;
       if (column < 0 || column >= g.input_width) continue;
-      total += input[((image * g.input_height + row) * g.input_width + column) * g.input_channels +
+      total += input[((out.image * g.input_height + row) * g.input_width + column) * g.input_channels +
                      channel];
     }
   }
@@ -153,20 +156,15 @@ KERAS_HOST_DEVICE T pool_element(bool max, const T* input, const WindowGeometry&
 template <typename T>
 KERAS_HOST_DEVICE T pool_gradient_element(bool max, const T* input, const T* output_gradient,
                                           const WindowGeometry& g, std::int64_t e) {
-  std::int64_t channel = e % g.input_channels;
-  std::int64_t rest = e / g.input_channels;
-  std::int64_t column = rest % g.input_width;
-  rest /= g.input_width;
-  std::int64_t row = rest % g.input_height;
-  std::int64_t image = rest / g.input_height;
+  Position in = input_position(g, e);
   T total = T(0);
   for (std::int64_t window_row = 0; window_row < g.window_height; ++window_row) {
     for (std::int64_t window_column = 0; window_column < g.window_width; ++window_column) {
-      std::int64_t pixel = covering_output(g, image, row, column, window_row, window_column);
+      std::int64_t pixel = covering_output(g, in.image, in.row, in.column, window_row, window_column);
       if (pixel < 0) continue;
-      T gradient = output_gradient[pixel * g.input_channels + channel];
+      T gradient = output_gradient[pixel * g.input_channels + in.channel];
       if (max) {
-        if (max_pool_selection(input, g, pixel, channel) == e) total += gradient;
+        if (max_pool_selection(input, g, pixel, in.channel) == e) total += gradient;
       } else {
         total += gradient / T(window_count(g, pixel));
       }

@@ -84,6 +84,14 @@ else
   echo "no dataset at $data (set FASHION_MNIST_DIR): not run"
 fi
 
+section "the Keras guide's convnet on one GPU (Conv2D as im2col + cuBLAS, BatchNormalization)"
+if [ -d "$data" ]; then
+  "$build/examples/fashion_mnist/fashion_mnist" --model cnn --device gpu --data-dir "$data" --epochs 3 \
+      --min-test-accuracy 0.85 || status=1
+else
+  echo "no dataset at $data (set FASHION_MNIST_DIR): not run"
+fi
+
 section "training step of the 784-1024-1024-10 MLP, CPU (16 cores) beside gpu:0"
 if [ -x "$build/benchmarks/training_step_benchmark" ]; then
   "$build/benchmarks/training_step_benchmark" --benchmark_min_time=1 || status=1

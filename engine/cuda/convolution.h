@@ -6,8 +6,7 @@
 // config and Debian has none), and this path needs nothing beyond cuBLAS; it has run only on the
 // emulated GPU, so its speed is unmeasured.
 //
-// Row-major products map onto column-major GEMMs as in matmul.h: C[M,N] = A[M,K] B[K,N]
-// row-major is C^T = B^T A^T column-major, so the call takes B first (launcher.gemm(call, B, A, C)).
+// Row-major products map onto column-major GEMMs as in matmul.h (group_product).
 #pragma once
 #include <algorithm>
 
@@ -16,32 +15,44 @@
 
 namespace keras::gpu_kernels {
 
-// A row-major product per group: C = op(A) op(B), each matrix given by its row stride and the
-// offset from one group's matrix to the next.
-struct RowMajorProduct {
-  std::int64_t m = 0, n = 0, k = 0;
-  bool transpose_a = false, transpose_b = false;
-  std::int64_t lda = 0, ldb = 0, ldc = 0;
-  std::int64_t group_a = 0, group_b = 0, group_c = 0;
-  std::int64_t groups = 1;
-  bool accumulate = false;
+// A row-major matrix per group: `rows` x `columns`, rows `stride` apart, one group's matrix
+// `group` elements after the previous one's.
+struct GroupMatrix {
+  std::int64_t rows = 0, columns = 0, stride = 0, group = 0;
 };
 
-inline GemmCall column_major(const RowMajorProduct& p) {
+// The three matrices of a convolution of geometry `c`, per group: the patches
+// [pixels, patch], the Keras kernel [patch, filters_g] (its rows all the filters apart) and the
+// output (or its gradient) [pixels, filters_g] (channels_last: the same strides).
+inline GroupMatrix patch_matrix(const WindowGeometry& c) {
+  return {c.output_pixels(), c.patch_size(), c.patch_size(), c.output_pixels() * c.patch_size()};
+}
+inline GroupMatrix kernel_matrix(const WindowGeometry& c) {
+  return {c.patch_size(), c.filters_per_group(), c.output_channels, c.filters_per_group()};
+}
+inline GroupMatrix output_matrix(const WindowGeometry& c) {
+  return {c.output_pixels(), c.filters_per_group(), c.output_channels, c.filters_per_group()};
+}
+
+// C = op(A) op(B) for each of `groups` groups (C += with `accumulate`), as one column-major
+// strided-batched GEMM: C^T = op(B)^T op(A)^T, so the call takes B first
+// (launcher.gemm(call, B, A, C)).
+inline GemmCall group_product(const GroupMatrix& a, bool transpose_a, const GroupMatrix& b, bool transpose_b,
+                              const GroupMatrix& c, std::int64_t groups, bool accumulate = false) {
   GemmCall call;
-  call.transpose_a = p.transpose_b;
-  call.transpose_b = p.transpose_a;
-  call.m = p.n;
-  call.n = p.m;
-  call.k = p.k;
-  call.lda = p.ldb;
-  call.ldb = p.lda;
-  call.ldc = p.ldc;
-  call.stride_a = p.group_b;
-  call.stride_b = p.group_a;
-  call.stride_c = p.group_c;
-  call.batch = p.groups;
-  call.accumulate = p.accumulate;
+  call.transpose_a = transpose_b;
+  call.transpose_b = transpose_a;
+  call.m = c.columns;
+  call.n = c.rows;
+  call.k = transpose_a ? a.rows : a.columns;
+  call.lda = b.stride;
+  call.ldb = a.stride;
+  call.ldc = c.stride;
+  call.stride_a = b.group;
+  call.stride_b = a.group;
+  call.stride_c = c.group;
+  call.batch = groups;
+  call.accumulate = accumulate;
   return call;
 }
 
@@ -93,23 +104,6 @@ void over_image_chunks(const WindowGeometry& g, Device device, Fn&& fn) {
   }
 }
 
-// Per group: out[pixels, filters_g] = patches[pixels, patch] @ kernel[patch, filters_g], the
-// kernel's rows OC apart and the groups' filters filters_g apart.
-inline RowMajorProduct forward_product(const WindowGeometry& c) {
-  RowMajorProduct p;
-  p.m = c.output_pixels();
-  p.n = c.filters_per_group();
-  p.k = c.patch_size();
-  p.lda = c.patch_size();
-  p.ldb = c.output_channels;
-  p.ldc = c.output_channels;
-  p.group_a = c.output_pixels() * c.patch_size();
-  p.group_b = c.filters_per_group();
-  p.group_c = c.filters_per_group();
-  p.groups = c.groups;
-  return p;
-}
-
 template <class Launcher>
 void convolution(Launcher& launcher, const Tensor& input, const Tensor& kernel,
                  const WindowGeometry& geometry, Tensor& out) {
@@ -126,7 +120,9 @@ void convolution(Launcher& launcher, const Tensor& input, const Tensor& kernel,
       const T* x_chunk = x + first * c.input_height * c.input_width * c.input_channels;
       T* y_chunk = y + first * c.output_height * c.output_width * c.output_channels;
       launcher.for_each(c.groups * c.output_pixels() * c.patch_size(), PatchBody<T>{x_chunk, patches, c});
-      launcher.gemm(column_major(forward_product(c)), elements_of<T>(kernel), patches, y_chunk);
+      // out = patches @ kernel, per group.
+      launcher.gemm(group_product(patch_matrix(c), false, kernel_matrix(c), false, output_matrix(c), c.groups),
+                    elements_of<T>(kernel), patches, y_chunk);
     });
   });
 }
@@ -145,22 +141,11 @@ void convolution_input_gradient(Launcher& launcher, const Tensor& output_gradien
     const T* dy = elements_of<T>(output_gradient);
     T* dx = elements_of<T>(input_gradient);
     over_image_chunks<T>(geometry, kernel.device(), [&](std::int64_t first, const WindowGeometry& c, T* patch_gradient) {
-      // patch_gradient[pixels, patch] = dy[pixels, filters_g] @ kernel[patch, filters_g]^T.
-      RowMajorProduct p;
-      p.m = c.output_pixels();
-      p.n = c.patch_size();
-      p.k = c.filters_per_group();
-      p.transpose_b = true;
-      p.lda = c.output_channels;
-      p.ldb = c.output_channels;
-      p.ldc = c.patch_size();
-      p.group_a = c.filters_per_group();
-      p.group_b = c.filters_per_group();
-      p.group_c = c.output_pixels() * c.patch_size();
-      p.groups = c.groups;
       const T* dy_chunk = dy + first * c.output_height * c.output_width * c.output_channels;
       T* dx_chunk = dx + first * c.input_height * c.input_width * c.input_channels;
-      launcher.gemm(column_major(p), elements_of<T>(kernel), dy_chunk, patch_gradient);
+      // patch_gradient = dy @ kernel^T, per group.
+      launcher.gemm(group_product(output_matrix(c), false, kernel_matrix(c), true, patch_matrix(c), c.groups),
+                    elements_of<T>(kernel), dy_chunk, patch_gradient);
       launcher.for_each(c.batch * c.input_height * c.input_width * c.input_channels,
                         PatchGatherBody<T>{patch_gradient, dx_chunk, c});
     });
@@ -181,24 +166,13 @@ void convolution_kernel_gradient(Launcher& launcher, const Tensor& input,
     const T* x = elements_of<T>(input);
     const T* dy = elements_of<T>(output_gradient);
     over_image_chunks<T>(geometry, input.device(), [&](std::int64_t first, const WindowGeometry& c, T* patches) {
-      // kernel_gradient[patch, filters_g] (+)= patches[pixels, patch]^T @ dy[pixels, filters_g].
-      RowMajorProduct p;
-      p.m = c.patch_size();
-      p.n = c.filters_per_group();
-      p.k = c.output_pixels();
-      p.transpose_a = true;
-      p.lda = c.patch_size();
-      p.ldb = c.output_channels;
-      p.ldc = c.output_channels;
-      p.group_a = c.output_pixels() * c.patch_size();
-      p.group_b = c.filters_per_group();
-      p.group_c = c.filters_per_group();
-      p.groups = c.groups;
-      p.accumulate = first > 0;
       const T* x_chunk = x + first * c.input_height * c.input_width * c.input_channels;
       const T* dy_chunk = dy + first * c.output_height * c.output_width * c.output_channels;
       launcher.for_each(c.groups * c.output_pixels() * c.patch_size(), PatchBody<T>{x_chunk, patches, c});
-      launcher.gemm(column_major(p), dy_chunk, patches, elements_of<T>(kernel_gradient));
+      // kernel_gradient (+)= patches^T @ dy, per group, summed over the chunks.
+      launcher.gemm(group_product(patch_matrix(c), true, output_matrix(c), false, kernel_matrix(c), c.groups,
+                                  /*accumulate=*/first > 0),
+                    dy_chunk, patches, elements_of<T>(kernel_gradient));
     });
   });
 }
