@@ -17,8 +17,10 @@ Two measurements, each interleaved round after round with ours and reported as m
                  --model cnn: Rescaling, three Conv2D with BatchNormalization and ReLU, global
                  average pooling, Dense 256, Dropout, Dense 10) on 28x28x1 images, batch 128:
                  ours (convnet_step) beside the same model in Keras on JAX as a jitted stateless
-                 step, at 1 and 2 threads; then ours on 2 processes, DataParallel with the
-                 normalisations unsynchronized and synchronized.
+                 step, at 1 and 2 threads; then on 2 processes ours, DataParallel with the
+                 normalisations unsynchronized and synchronized, beside Keras DataParallel's fit
+                 of the same model (as in data-parallel below; its BatchNormalization sees the
+                 global batch, as our synchronized one does).
   data-parallel  the same step on P processes, global batch 128: ours under mpirun
                  (data_parallel_step, with its unsynchronised step beside it) and Keras
                  DataParallel(auto_shard_dataset=False) on JAX's distributed runtime with gloo
@@ -67,6 +69,7 @@ def parse_arguments():
                         help=argparse.SUPPRESS)
     parser.add_argument("--process-id", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--coordinator", help=argparse.SUPPRESS)
+    parser.add_argument("--model", default="mlp", choices=("mlp", "cnn"), help=argparse.SUPPRESS)
     arguments = parser.parse_args()
 
     def counts(text, flag):
@@ -175,7 +178,7 @@ def fit_worker(steps):
     return timed_fit(keras_model(), inputs, labels, BATCH_SIZE, steps)
 
 
-def data_parallel_worker(steps, process_id, processes, coordinator):
+def data_parallel_worker(steps, process_id, processes, coordinator, model_name="mlp"):
     import jax
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     import keras
@@ -186,10 +189,12 @@ def data_parallel_worker(steps, process_id, processes, coordinator):
         raise SystemExit(f"Keras sees {len(devices)} devices ({devices}), expected {processes}")
     keras.distribution.set_distribution(
         keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False))
-    local = BATCH_SIZE // processes
-    inputs, labels = synthetic_batch(BATCH_SIZE, 7)
+    batch = CNN_BATCH if model_name == "cnn" else BATCH_SIZE
+    local = batch // processes
+    inputs, labels = synthetic_images(batch, 7) if model_name == "cnn" else synthetic_batch(batch, 7)
     mine = slice(process_id * local, (process_id + 1) * local)
-    return timed_fit(keras_model(), inputs[mine], labels[mine], local, steps)
+    model = keras_convnet() if model_name == "cnn" else keras_model()
+    return timed_fit(model, inputs[mine], labels[mine], local, steps)
 
 
 TRANSFORMER = {"blocks": 4, "width": 128, "heads": 4, "context": 128, "batch": 32}
@@ -271,11 +276,9 @@ def jitted_steps(model, inputs, labels, steps):
     return statistics.median(durations), float(loss)
 
 
-def cnn_worker(steps):
+def keras_convnet():
     """The Keras JAX guide's convnet, as examples/fashion_mnist/guide_convnet.h builds it."""
-    import jax
     import keras
-    import numpy as np
 
     keras.utils.set_random_seed(42)
     inputs = keras.Input((28, 28, 1))
@@ -293,10 +296,22 @@ def cnn_worker(steps):
     x = keras.layers.Dense(256, activation="relu")(x)
     x = keras.layers.Dropout(0.5)(x)
     model = keras.Model(inputs, keras.layers.Dense(10)(x))
-    generator = np.random.default_rng(7)
-    images = jax.numpy.asarray(generator.uniform(0, 255, size=(CNN_BATCH, 28, 28, 1)).astype(np.float32))
-    labels = jax.numpy.asarray(generator.integers(0, 10, size=(CNN_BATCH,)).astype(np.int32))
-    seconds, loss = jitted_steps(model, images, labels, steps)
+    model.compile(optimizer=keras.optimizers.Adam(LEARNING_RATE),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def synthetic_images(batch, seed):
+    import numpy as np
+    generator = np.random.default_rng(seed)
+    return (generator.uniform(0, 255, size=(batch, 28, 28, 1)).astype(np.float32),
+            generator.integers(0, 10, size=(batch,)).astype(np.int32))
+
+
+def cnn_worker(steps):
+    import jax
+    images, labels = synthetic_images(CNN_BATCH, 7)
+    seconds, loss = jitted_steps(keras_convnet(), jax.numpy.asarray(images), jax.numpy.asarray(labels), steps)
     return {"ms_per_step": 1e3 * seconds, "final_loss": loss, "images_per_second": CNN_BATCH / seconds}
 
 
@@ -311,7 +326,7 @@ def run_worker(arguments):
         result = fit_worker(arguments.steps)
     else:
         result = data_parallel_worker(arguments.steps, arguments.process_id,
-                                      arguments.process_counts[0], arguments.coordinator)
+                                      arguments.process_counts[0], arguments.coordinator, arguments.model)
     import jax
     import keras
     result.update(jax=jax.__version__, keras=keras.__version__)
@@ -392,14 +407,14 @@ def measure_our_data_parallel(build, processes, steps):
     return last_json(subprocess.run(command, capture_output=True, text=True), "data_parallel_step")
 
 
-def measure_keras_data_parallel(python, processes, steps):
+def measure_keras_data_parallel(python, processes, steps, model="mlp"):
     from pick_port import pick_port
     coordinator = f"127.0.0.1:{pick_port(1)}"
     children = []
     for process_id in range(processes):
         command = [python, os.path.abspath(__file__), "--jax-worker", "data-parallel",
                    "--steps", str(steps), "--process-id", str(process_id),
-                   "--processes", str(processes), "--coordinator", coordinator]
+                   "--processes", str(processes), "--coordinator", coordinator, "--model", model]
         core = str(process_id % (os.cpu_count() or 1))
         children.append(subprocess.Popen(pinned(core, command), env=jax_environment(1),
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -458,9 +473,11 @@ def measure_our_cnn_processes(build, processes, steps):
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
-def compare_model(arguments, python, label, steps, measure_ours, worker, measure_ours_processes, items, unit):
+def compare_model(arguments, python, label, steps, measure_ours, worker, measure_ours_processes, items, unit,
+                  keras_data_parallel=None):
     """One model's step, ours beside Keras+JAX's jitted step, interleaved; then ours on the
-    process counts (each mode the binary times). `items` per step (tokens, images) per second."""
+    process counts (each mode the binary times), beside Keras DataParallel's fit of
+    `keras_data_parallel` when given, interleaved. `items` per step (tokens, images) per second."""
     rows = []
     for threads in arguments.thread_counts:
         ours, jax_times, utilisation = [], [], []
@@ -484,6 +501,9 @@ def compare_model(arguments, python, label, steps, measure_ours, worker, measure
         for _ in range(arguments.rounds):
             for result in measure_ours_processes(arguments.build, processes, steps):
                 by_mode.setdefault(result["mode"], []).append(result["step_ms"])
+            if keras_data_parallel:
+                by_mode.setdefault("Keras DataParallel (JAX, gloo; fit)", []).append(
+                    measure_keras_data_parallel(python, processes, steps, keras_data_parallel)["ms_per_step"])
         print_markdown(["processes", "mode", "keras-cpp ms/step", f"{unit}/s"],
                        [[f"{processes}", mode, f"{median(times):.2f}", f"{items / median(times) * 1e3:.0f}"]
                         for mode, times in by_mode.items()])
@@ -575,7 +595,7 @@ def main():
                       TRANSFORMER["batch"] * TRANSFORMER["context"], "tokens")
     if arguments.only in (None, "cnn"):
         compare_model(arguments, python, "cnn", arguments.steps, measure_our_cnn, "cnn", measure_our_cnn_processes,
-                      CNN_BATCH, "images")
+                      CNN_BATCH, "images", keras_data_parallel="cnn")
 
 
 if __name__ == "__main__":
