@@ -8,6 +8,8 @@
 // DataParallel, and the bad inputs.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "distribution/sharded_tensor.h"
 #include "tests/mpi/model_parallel_table.h"
 #include "tests/test_helpers.h"
@@ -129,6 +131,50 @@ TEST(ConvolutionParallel, UnsynchronizedBatchNormUsesEachProcesssRowsAndSharesMo
   for (double& e : expected) e = 0.5 * e / processes;
   testing::expect_close(norm.moving_mean().to_vector<double>(), expected, 1e-5, "moving mean");
   kd::set_distribution(nullptr);
+}
+
+// The moving statistics are replicated variables: saved whole from a data-parallel run (where
+// every process holds the same ones), they load on one process and on a mesh that splits the
+// convolutions, which then predict what the trained model predicts.
+TEST(ConvolutionParallel, MovingStatisticsSavedUnderDataParallelLoadOnAnyMesh) {
+  const std::string path = "/tmp/keras_convnet_weights_" + std::to_string(size()) + ".safetensors";
+  Tensor x = ops::random({RandomDistribution::normal, 0, 1, 61}, {kBatch, 6, 6, 3});
+  Tensor y = ops::cast(ops::random({RandomDistribution::uniform, 0, 4, 62}, {kBatch}, float64), int64);
+  auto make = [] {
+    std::vector<AnyLayer> stack = {layers::Conv2D(8, {3}, conv("conv_a", "same", 1, "relu")),
+                                   layers::BatchNormalization(batch_norm("norm", false)),
+                                   layers::Conv2D(8, {3}, conv("conv_b", "valid", 2)), layers::GlobalAveragePooling2D(),
+                                   layers::Dense(4, "", named("head"))};
+    return std::make_shared<Sequential>(stack, "convnet");
+  };
+  clear_session();
+  set_random_seed(3);
+  kd::set_distribution(std::make_shared<kd::DataParallel>());
+  std::shared_ptr<Model> trained = make();
+  trained->compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+  for (int step = 0; step < 3; ++step) trained->train_on_batch(x, y);
+  std::vector<double> expected = trained->predict(x).to_vector<double>();
+  trained->save_weights(path);
+  kd::set_distribution(nullptr);
+  auto predictions_after_loading = [&](std::shared_ptr<kd::Distribution> distribution) {
+    clear_session();
+    set_random_seed(99);  // other initial values: the loaded ones must replace them
+    kd::set_distribution(std::move(distribution));
+    std::shared_ptr<Model> loaded = make();
+    loaded->predict(x);  // builds it
+    loaded->load_weights(path);
+    std::vector<double> predictions = loaded->predict(x).to_vector<double>();
+    kd::set_distribution(nullptr);
+    return predictions;
+  };
+  testing::expect_close(predictions_after_loading(nullptr), expected, 1e-5, "one process");
+  auto map = std::make_shared<kd::LayoutMap>(batch_by_model(size()));
+  (*map)[".*conv_a/kernel"] = {std::nullopt, std::nullopt, std::nullopt, "model"};
+  (*map)[".*conv_b/kernel"] = {std::nullopt, std::nullopt, "model", std::nullopt};
+  testing::expect_close(predictions_after_loading(std::make_shared<kd::ModelParallel>(map)), expected, 1e-5,
+                        "a batch x model mesh with the convolutions split");
+  kd::world().barrier();
+  if (kd::process_id() == 0) std::remove(path.c_str());
 }
 
 TEST(ConvolutionParallelErrors, FiltersTheModelAxisDoesNotDivideAreNamed) {
