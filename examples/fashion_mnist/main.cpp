@@ -183,6 +183,13 @@ int main(int argc, char** argv) {
     model.compile(keras::optimizers::Adam(flags.learning_rate),
                   keras::losses::SparseCategoricalCrossentropy(/*from_logits=*/true),
                   {"accuracy"});
+    keras::Shape first_image = x_test.shape();
+    first_image[0] = 1;
+    const keras::Tensor one_image = keras::ops::slice(x_test, keras::Shape(x_test.shape().size(), 0), first_image);
+    if (convnet) {
+      model.predict(one_image);  // built, so that the summary has its shapes
+      if (chief) model.summary();
+    }
     std::vector<keras::CallbackPtr> callbacks;
     if (flags.learning_rate_decay < 1) {
       double initial = flags.learning_rate, decay = flags.learning_rate_decay;
@@ -195,9 +202,7 @@ int main(int argc, char** argv) {
                                                              /*append=*/!flags.backup_dir.empty()));
     }
     if (!flags.backup_dir.empty()) {
-      keras::Shape first_image = x_test.shape();
-      first_image[0] = 1;
-      model.predict(keras::ops::slice(x_test, keras::Shape(x_test.shape().size(), 0), first_image));  // built, as Keras requires
+      model.predict(one_image);  // built, as Keras requires
       callbacks.push_back(std::make_shared<keras::BackupAndRestore>(flags.backup_dir));
     }
     auto start = std::chrono::steady_clock::now();
