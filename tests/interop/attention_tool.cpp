@@ -7,11 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <string>
 
 #include "keras.h"
-#include "tests/interop/worst_error.h"
+#include "tests/interop/keras_answers.h"
 
 using interop::worst_error;
 
@@ -21,13 +20,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    std::map<std::string, keras::Tensor> file;
-    for (auto& [name, tensor] : keras::io::load_safetensors(argv[1])) file[name] = tensor;
-    auto tensor = [&](const std::string& name) {
-      auto found = file.find(name);
-      if (found == file.end()) throw keras::ValueError(keras::str("'", argv[1], "' has no tensor '", name, "'"));
-      return found->second;
-    };
+    const interop::KerasAnswers tensor(argv[1]);
     const bool masked = std::string(argv[5]) == "1", causal = std::string(argv[6]) == "1";
     keras::layers::MultiHeadAttentionOptions options;
     options.value_dim = std::stoll(argv[4]);

@@ -8,11 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <string>
 
 #include "keras.h"
-#include "tests/interop/worst_error.h"
+#include "tests/interop/keras_answers.h"
 
 using interop::worst_error;
 
@@ -23,13 +22,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    std::map<std::string, keras::Tensor> file;
-    for (auto& [name, tensor] : keras::io::load_safetensors(argv[1])) file[name] = tensor;
-    auto tensor = [&](const std::string& name) {
-      auto found = file.find(name);
-      if (found == file.end()) throw keras::ValueError(keras::str("'", argv[1], "' has no tensor '", name, "'"));
-      return found->second;
-    };
+    const interop::KerasAnswers tensor(argv[1]);
     namespace layers = keras::layers;
     layers::Conv2DOptions options;
     options.strides = {std::stoll(argv[5])};
