@@ -1,5 +1,5 @@
 // Collectives as autograd ops, and the one planner that moves a tensor from one sharding to
-// another. Each op has its conjugate gradient beside it (DESIGN.md invariant 2):
+// another. Each op has its conjugate gradient beside it (docs/ARCHITECTURE.md, invariant 2):
 //
 //   op                          forward              backward
 //   all_reduce_sum              P -> R  all-reduce   identity                 (Megatron's g)

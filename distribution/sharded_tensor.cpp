@@ -124,13 +124,20 @@ Tensor ShardingContext::to_data_layout(const Tensor& local) const {
 
 Tensor ShardingContext::operand(const Tensor& local, const Sharding& from, const Sharding& target,
                                 const Sharding& output) const {
+  std::vector<bool> output_split;
+  for (int axis = 0; axis < axes(); ++axis) output_split.push_back(!output.placement(axis).is_replicate());
+  return operand(local, from, target, output_split);
+}
+
+Tensor ShardingContext::operand(const Tensor& local, const Sharding& from, const Sharding& target,
+                                const std::vector<bool>& output_split) const {
   std::vector<ArrivingGradient> arriving(static_cast<std::size_t>(axes()), ArrivingGradient::replicated);
   for (int axis = 0; axis < axes(); ++axis) {
-    if (!output.placement(axis).is_replicate()) arriving[static_cast<std::size_t>(axis)] = ArrivingGradient::partial;
+    if (output_split[static_cast<std::size_t>(axis)]) arriving[static_cast<std::size_t>(axis)] = ArrivingGradient::partial;
   }
   Tensor moved = from == target ? local : redistribute(local, from, target, arriving);
   for (int axis = 0; axis < axes(); ++axis) {
-    if (axis == batch_axis || output.placement(axis).is_replicate()) continue;
+    if (axis == batch_axis || !output_split[static_cast<std::size_t>(axis)]) continue;
     if (from.placement(axis).is_replicate() && target.placement(axis).is_replicate()) {
       moved = identity_with_summed_grad(moved, group(axis));
     }

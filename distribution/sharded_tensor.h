@@ -79,6 +79,9 @@ struct ShardingContext {
   // batch axis, whose variable gradients the trainer sums.
   Tensor operand(const Tensor& local, const Sharding& from, const Sharding& target,
                  const Sharding& output) const;
+  // The same, given for each mesh axis whether the output is split (not replicated) there.
+  Tensor operand(const Tensor& local, const Sharding& from, const Sharding& target,
+                 const std::vector<bool>& output_split) const;
 };
 
 // The sharding of a variable tensor (its annotation), or replicated on `mesh` if it has none.

@@ -6,6 +6,7 @@
 
 #include "engine/errors.h"
 #include "engine/ops.h"
+#include "engine/op_dispatch.h"
 #include "engine/tensor.h"
 
 namespace keras {
@@ -60,6 +61,9 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds
                          " seeds; expected one seed per root"));
   }
   NoGradGuard no_grad;  // gradient rules are not themselves differentiated
+  // Gradient rules compute on the local blocks their forward ops saw (op_dispatch.h): no
+  // sharded-op handler takes them over.
+  ShardedOpScope local_blocks(nullptr);
 
   // Count, for each tensor in the graph, how many recorded uses still owe it a gradient.
   std::unordered_map<TensorImpl*, int> pending_uses;

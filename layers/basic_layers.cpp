@@ -3,6 +3,7 @@
 
 #include "distribution/sharding_rules.h"
 #include "engine/errors.h"
+#include "engine/op_dispatch.h"
 #include "engine/ops.h"
 #include "layers/batch_shard.h"
 
@@ -30,6 +31,8 @@ void Dropout::set_random_counters(const std::vector<std::uint64_t>& counters) {
 }
 
 Tensor Dropout::call(const Tensor& inputs, bool training) {
+  // Computes on local blocks itself (its sharded path predates the propagator): no handler.
+  ShardedOpScope local_blocks(nullptr);
   if (!training || rate_ == 0.0) return inputs;
   // A fresh Philox key per call, derived from the layer seed: reproducible, never repeating.
   RandomSpec spec{RandomDistribution::uniform, 0.0, 1.0, seed_ + 0x9E3779B97F4A7C15ull * ++calls_};
@@ -123,6 +126,8 @@ Tensor Embedding::call(const Tensor& inputs, bool) {
 }
 
 Tensor Embedding::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs) {
+  // Computes on local blocks itself (its sharded path predates the propagator): no handler.
+  ShardedOpScope local_blocks(nullptr);
   namespace rules = distribution::sharding_rules;
   using distribution::Sharding;
   Sharding index_sharding = context.activation_sharding(inputs);
@@ -183,6 +188,8 @@ namespace keras::layers {
 
 Tensor LayerNormalization::call_sharded(const distribution::ShardingContext& context,
                                         const Tensor& inputs) {
+  // Computes on local blocks itself (its sharded path predates the propagator): no handler.
+  ShardedOpScope local_blocks(nullptr);
   namespace rules = distribution::sharding_rules;
   using distribution::Sharding;
   Sharding sharding = context.activation_sharding(inputs);

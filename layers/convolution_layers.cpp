@@ -5,6 +5,7 @@
 
 #include "distribution/sharding_rules.h"
 #include "engine/errors.h"
+#include "engine/op_dispatch.h"
 #include "engine/ops.h"
 #include "engine/window_geometry.h"
 #include "layers/sharded_projection.h"
@@ -85,6 +86,8 @@ Tensor Conv2D::call(const Tensor& inputs, bool) {
 }
 
 Tensor Conv2D::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs) {
+  // Computes on local blocks itself (its sharded path predates the propagator): no handler.
+  ShardedOpScope local_blocks(nullptr);
   using distribution::Sharding;
   Sharding x_sharding = context.activation_sharding(inputs);
   const Shape& global = x_sharding.global_shape();

@@ -3,6 +3,7 @@
 
 #include "engine/errors.h"
 #include "distribution/sharding_rules.h"
+#include "engine/op_dispatch.h"
 #include "layers/sharded_projection.h"
 #include "engine/ops.h"
 
@@ -44,6 +45,8 @@ Tensor Dense::call(const Tensor& inputs, bool) {
 namespace keras::layers {
 
 Tensor Dense::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs_in) {
+  // Computes on local blocks itself (its sharded path predates the propagator): no handler.
+  ShardedOpScope local_blocks(nullptr);
   namespace rules = distribution::sharding_rules;
   using distribution::Sharding;
   Tensor inputs = inputs_in.dtype() == kernel_.dtype() ? inputs_in : ops::cast(inputs_in, kernel_.dtype());

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "engine/op_dispatch.h"
 #include "layers/sharded_projection.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
@@ -180,6 +181,8 @@ Tensor EinsumDense::call(const Tensor& inputs_in, bool) {
 }
 
 Tensor EinsumDense::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs) {
+  // Computes on local blocks itself (its sharded path predates the propagator): no handler.
+  ShardedOpScope local_blocks(nullptr);
   Terms terms = terms_for(inputs.rank());
   ShardedProjection projection{{terms.x, terms.kernel, terms.output}, kernel_, bias_, bias_dims_, path(),
                                options_.activation, &activation_, {}, {}, {}, {}};

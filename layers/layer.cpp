@@ -8,7 +8,9 @@
 
 #include "distribution/distribution.h"
 #include "distribution/sharded_tensor.h"
+#include "distribution/sharding_propagator.h"
 #include "engine/errors.h"
+#include "engine/op_dispatch.h"
 #include "layers/variable_creation.h"
 
 namespace keras {
@@ -34,6 +36,7 @@ void clear_session() {
     name_counts().clear();
   }
   distribution::set_distribution(nullptr);  // as keras.utils.clear_session() does
+  distribution::forget_gathered_operations();
 }
 
 Layer::Layer(const std::string& default_prefix, const std::string& name)
@@ -63,8 +66,16 @@ Tensor Layer::place_output(Tensor outputs, const std::optional<distribution::Sha
 
 Tensor Layer::run_call(const std::function<Tensor()>& body) {
   built_ = true;
-  Tensor outputs = body();
-  return place_output(outputs, distribution::ShardingContext::current());
+  std::optional<distribution::ShardingContext> sharded = distribution::ShardingContext::current();
+  Tensor outputs;
+  if (sharded) {
+    distribution::ShardingPropagator propagator(*sharded, path());
+    ShardedOpScope sharded_ops(&propagator);
+    outputs = body();
+  } else {
+    outputs = body();
+  }
+  return place_output(outputs, sharded);
 }
 
 Tensor Layer::operator()(const Tensor& inputs, bool training) {
@@ -81,7 +92,16 @@ Tensor Layer::operator()(const Tensor& inputs, bool training) {
     build(sharded ? sharded->logical_shape(local) : local.shape());
     built_ = true;
   }
-  return place_output(call(local, training), sharded);
+  if (!sharded) return place_output(call(local, training), sharded);
+  // Every op of call() on a sharded operand (this layer's sharded weights, a sharded activation)
+  // goes through the propagator: it follows the op's rule or gathers (docs/ARCHITECTURE.md).
+  distribution::ShardingPropagator propagator(*sharded, path());
+  Tensor outputs;
+  {
+    ShardedOpScope sharded_ops(&propagator);
+    outputs = call(local, training);
+  }
+  return place_output(outputs, sharded);
 }
 
 std::string Layer::class_name() const {

@@ -6,6 +6,7 @@
 #include "distribution/distribution.h"
 #include "distribution/runtime.h"
 #include "distribution/sharded_tensor.h"
+#include "distribution/sharding_propagator.h"
 #include "engine/errors.h"
 #include "layers/model.h"
 
@@ -133,6 +134,11 @@ std::vector<std::string> plan_warnings(Model& model) {
     warnings.push_back(str("layer '", layer->path(), "' (", layer->class_name(), ") cannot take a "
                            "sharded input: its input is gathered to the data layout on every step "
                            "(counted in the all_gather row of the collectives)"));
+  }
+  for (const distribution::GatheredOperation& operation : distribution::gathered_operations()) {
+    if (operation.layer == model.path() || operation.layer.rfind(model.path() + "/", 0) == 0) {
+      warnings.push_back(operation.to_string());
+    }
   }
   return warnings;
 }

@@ -7,6 +7,7 @@
 
 #include "distribution/sharding_rules.h"
 #include "engine/errors.h"
+#include "engine/op_dispatch.h"
 #include "engine/ops.h"
 
 namespace keras::layers {
@@ -116,6 +117,8 @@ Tensor MultiHeadAttention::call(const Tensor& query, const Tensor& value, const 
 
 Tensor dot_product_attention(Tensor query, Tensor key, Tensor value, const Tensor& mask_in,
                              std::optional<double> scale, bool is_causal, Dropout* dropout, bool training) {
+  // Computes on local blocks itself (its sharded path predates the propagator): no handler.
+  ShardedOpScope local_blocks(nullptr);
   for (const Tensor* input : {&query, &key, &value}) {
     if (!input->defined() || input->rank() != 4) {
       throw ShapeError(str("dot_product_attention: query, key and value must be (batch, sequence, heads, ",

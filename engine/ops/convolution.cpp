@@ -33,6 +33,10 @@ Tensor conv(const Tensor& inputs, const Tensor& kernel, const std::vector<std::i
             const std::string& padding, const std::string& data_format,
             const std::vector<std::int64_t>& dilation_rate) {
   check_channels_last(data_format, "conv");
+  if (detail::goes_through_handler({&inputs, &kernel})) {
+    return detail::through_handler({"conv", OpFamily::other, {inputs, kernel},
+                                    [strides, padding, data_format, dilation_rate](const std::vector<Tensor>& local) { return conv(local[0], local[1], strides, padding, data_format, dilation_rate); }});
+  }
   check_image_batch(inputs, "conv");
   detail::check_defined(kernel, "conv", "kernel");
   detail::check_same_dtype(inputs, kernel, "conv");
@@ -87,6 +91,12 @@ Tensor pool(PoolOp op, const Tensor& inputs, const std::vector<std::int64_t>& po
             const std::vector<std::int64_t>& strides, const std::string& padding,
             const std::string& data_format, const char* name) {
   check_channels_last(data_format, name);
+  if (detail::goes_through_handler({&inputs})) {
+    return detail::through_handler({name, OpFamily::other, {inputs},
+                                    [op, pool_size, strides, padding, data_format, name](const std::vector<Tensor>& local) {
+                                      return pool(op, local[0], pool_size, strides, padding, data_format, name);
+                                    }});
+  }
   check_image_batch(inputs, name);
   std::vector<std::int64_t> window = window_pair(pool_size, name, "pool_size");
   WindowGeometry geometry =

@@ -148,6 +148,10 @@ std::int64_t product_of(const std::string& letters, const std::string& term, con
 }  // namespace
 
 Tensor einsum(const std::string& equation, const Tensor& a_in, const Tensor& b_in) {
+  if (detail::goes_through_handler({&a_in, &b_in})) {
+    return detail::through_handler({"einsum", OpFamily::contraction, {a_in, b_in},
+                                    [equation](const std::vector<Tensor>& local) { return einsum(equation, local[0], local[1]); }, {}, false, equation});
+  }
   detail::check_defined(a_in, "einsum", "a");
   detail::check_defined(b_in, "einsum", "b");
   detail::check_same_device(a_in, b_in, "einsum");

@@ -57,6 +57,9 @@ Tensor unary_forward(UnaryOp op, const Tensor& x) {
 
 // Gradient rule shared by the activations whose derivative the backend computes fused.
 Tensor fused_unary(UnaryOp op, const Tensor& x) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({unary_op_name(op), OpFamily::elementwise, {x}, [op](const std::vector<Tensor>& local) { return fused_unary(op, local[0]); }});
+  }
   Tensor out = unary_forward(op, x);
   return record_gradient(out, unary_op_name(op), {x}, [op, x](const Tensor& gradient) {
     Tensor input_gradient = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -90,10 +93,16 @@ Tensor arithmetic(BinaryOp op, const Tensor& a, const Tensor& b) {
 }
 
 Tensor comparison(BinaryOp op, const Tensor& a, const Tensor& b) {
+  if (detail::goes_through_handler({&a, &b})) {
+    return detail::through_handler({binary_op_name(op), OpFamily::elementwise, {a, b}, [op](const std::vector<Tensor>& local) { return comparison(op, local[0], local[1]); }});
+  }
   return binary_forward(op, a, b, bool_);
 }
 
 Tensor logical(BinaryOp op, const Tensor& a, const Tensor& b) {
+  if (detail::goes_through_handler({&a, &b})) {
+    return detail::through_handler({binary_op_name(op), OpFamily::elementwise, {a, b}, [op](const std::vector<Tensor>& local) { return logical(op, local[0], local[1]); }});
+  }
   check_defined(a, binary_op_name(op), "a");
   if (a.dtype() != bool_) {
     throw DTypeError(str(binary_op_name(op), " expects bool tensors, got ",
@@ -111,6 +120,9 @@ Tensor scalar_like(const Tensor& x, double value) {
 Tensor cast(const Tensor& x, DType dtype) {
   check_defined(x, "cast", "x");
   if (x.dtype() == dtype) return x;
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"cast", OpFamily::elementwise, {x}, [dtype](const std::vector<Tensor>& local) { return cast(local[0], dtype); }});
+  }
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
   backend_for(x.device()).cast(x, out);
   inherit_annotation(out, x);
@@ -122,19 +134,33 @@ Tensor cast(const Tensor& x, DType dtype) {
 }
 
 Tensor negative(const Tensor& x) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"negative", OpFamily::elementwise, {x}, [](const std::vector<Tensor>& local) { return negative(local[0]); }});
+  }
   return record_gradient(unary_forward(UnaryOp::negative, x), "negative", {x},
                          [](const Tensor& g) { return std::vector<Tensor>{negative(g)}; });
 }
 
 Tensor abs(const Tensor& x) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"abs", OpFamily::elementwise, {x}, [](const std::vector<Tensor>& local) { return abs(local[0]); }});
+  }
   return record_gradient(unary_forward(UnaryOp::abs, x), "abs", {x}, [x](const Tensor& g) {
     return std::vector<Tensor>{g * sign(x)};
   });
 }
 
-Tensor sign(const Tensor& x) { return unary_forward(UnaryOp::sign, x); }
+Tensor sign(const Tensor& x) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"sign", OpFamily::elementwise, {x}, [](const std::vector<Tensor>& local) { return sign(local[0]); }});
+  }
+  return unary_forward(UnaryOp::sign, x);
+}
 
 Tensor exp(const Tensor& x) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"exp", OpFamily::elementwise, {x}, [](const std::vector<Tensor>& local) { return exp(local[0]); }});
+  }
   Tensor out = unary_forward(UnaryOp::exp, x);
   Tensor saved = out.detach();
   return record_gradient(out, "exp", {x}, [saved](const Tensor& g) {
@@ -143,12 +169,18 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"log", OpFamily::elementwise, {x}, [](const std::vector<Tensor>& local) { return log(local[0]); }});
+  }
   return record_gradient(unary_forward(UnaryOp::log, x), "log", {x}, [x](const Tensor& g) {
     return std::vector<Tensor>{g / x.detach()};
   });
 }
 
 Tensor sqrt(const Tensor& x) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"sqrt", OpFamily::elementwise, {x}, [](const std::vector<Tensor>& local) { return sqrt(local[0]); }});
+  }
   Tensor out = unary_forward(UnaryOp::sqrt, x);
   Tensor saved = out.detach();
   return record_gradient(out, "sqrt", {x}, [saved](const Tensor& g) {
@@ -157,6 +189,9 @@ Tensor sqrt(const Tensor& x) {
 }
 
 Tensor rsqrt(const Tensor& x) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"rsqrt", OpFamily::elementwise, {x}, [](const std::vector<Tensor>& local) { return rsqrt(local[0]); }});
+  }
   Tensor out = unary_forward(UnaryOp::rsqrt, x);
   Tensor saved = out.detach();
   return record_gradient(out, "rsqrt", {x}, [saved](const Tensor& g) {
@@ -165,6 +200,9 @@ Tensor rsqrt(const Tensor& x) {
 }
 
 Tensor square(const Tensor& x) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"square", OpFamily::elementwise, {x}, [](const std::vector<Tensor>& local) { return square(local[0]); }});
+  }
   return record_gradient(unary_forward(UnaryOp::square, x), "square", {x},
                          [x](const Tensor& g) {
                            return std::vector<Tensor>{g * x.detach() * 2.0};
@@ -172,6 +210,9 @@ Tensor square(const Tensor& x) {
 }
 
 Tensor reciprocal(const Tensor& x) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"reciprocal", OpFamily::elementwise, {x}, [](const std::vector<Tensor>& local) { return reciprocal(local[0]); }});
+  }
   Tensor out = unary_forward(UnaryOp::reciprocal, x);
   Tensor saved = out.detach();
   return record_gradient(out, "reciprocal", {x}, [saved](const Tensor& g) {
@@ -185,9 +226,17 @@ Tensor relu(const Tensor& x) { return fused_unary(UnaryOp::relu, x); }
 Tensor gelu(const Tensor& x) { return fused_unary(UnaryOp::gelu, x); }
 Tensor gelu_approximate(const Tensor& x) { return fused_unary(UnaryOp::gelu_approximate, x); }
 Tensor silu(const Tensor& x) { return fused_unary(UnaryOp::silu, x); }
-Tensor logical_not(const Tensor& x) { return unary_forward(UnaryOp::logical_not, x); }
+Tensor logical_not(const Tensor& x) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"logical_not", OpFamily::elementwise, {x}, [](const std::vector<Tensor>& local) { return logical_not(local[0]); }});
+  }
+  return unary_forward(UnaryOp::logical_not, x);
+}
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  if (detail::goes_through_handler({&a, &b})) {
+    return detail::through_handler({"add", OpFamily::elementwise, {a, b}, [](const std::vector<Tensor>& local) { return add(local[0], local[1]); }});
+  }
   Tensor out = arithmetic(BinaryOp::add, a, b);
   return record_gradient(out, "add", {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
     return std::vector<Tensor>{reduce_to_shape(g, sa), reduce_to_shape(g, sb)};
@@ -195,6 +244,9 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor subtract(const Tensor& a, const Tensor& b) {
+  if (detail::goes_through_handler({&a, &b})) {
+    return detail::through_handler({"subtract", OpFamily::elementwise, {a, b}, [](const std::vector<Tensor>& local) { return subtract(local[0], local[1]); }});
+  }
   Tensor out = arithmetic(BinaryOp::subtract, a, b);
   return record_gradient(out, "subtract", {a, b},
                          [sa = a.shape(), sb = b.shape()](const Tensor& g) {
@@ -204,6 +256,9 @@ Tensor subtract(const Tensor& a, const Tensor& b) {
 }
 
 Tensor multiply(const Tensor& a, const Tensor& b) {
+  if (detail::goes_through_handler({&a, &b})) {
+    return detail::through_handler({"multiply", OpFamily::elementwise, {a, b}, [](const std::vector<Tensor>& local) { return multiply(local[0], local[1]); }});
+  }
   Tensor out = arithmetic(BinaryOp::multiply, a, b);
   return record_gradient(out, "multiply", {a, b}, [a, b](const Tensor& g) {
     return std::vector<Tensor>{
@@ -215,6 +270,9 @@ Tensor multiply(const Tensor& a, const Tensor& b) {
 }
 
 Tensor divide(const Tensor& a, const Tensor& b) {
+  if (detail::goes_through_handler({&a, &b})) {
+    return detail::through_handler({"divide", OpFamily::elementwise, {a, b}, [](const std::vector<Tensor>& local) { return divide(local[0], local[1]); }});
+  }
   Tensor out = arithmetic(BinaryOp::divide, a, b);
   return record_gradient(out, "divide", {a, b}, [a, b](const Tensor& g) {
     Tensor bd = b.detach();
@@ -227,6 +285,9 @@ Tensor divide(const Tensor& a, const Tensor& b) {
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
+  if (detail::goes_through_handler({&a, &b})) {
+    return detail::through_handler({"maximum", OpFamily::elementwise, {a, b}, [](const std::vector<Tensor>& local) { return maximum(local[0], local[1]); }});
+  }
   Tensor out = arithmetic(BinaryOp::maximum, a, b);
   return record_gradient(out, "maximum", {a, b}, [a, b](const Tensor& g) {
     // Ties send the gradient to a, as in TensorFlow and JAX.
@@ -237,6 +298,9 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
+  if (detail::goes_through_handler({&a, &b})) {
+    return detail::through_handler({"minimum", OpFamily::elementwise, {a, b}, [](const std::vector<Tensor>& local) { return minimum(local[0], local[1]); }});
+  }
   Tensor out = arithmetic(BinaryOp::minimum, a, b);
   return record_gradient(out, "minimum", {a, b}, [a, b](const Tensor& g) {
     Tensor mask_a = cast(less_equal(a.detach(), b.detach()), g.dtype());
@@ -246,6 +310,9 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 }
 
 Tensor power(const Tensor& a, const Tensor& b) {
+  if (detail::goes_through_handler({&a, &b})) {
+    return detail::through_handler({"power", OpFamily::elementwise, {a, b}, [](const std::vector<Tensor>& local) { return power(local[0], local[1]); }});
+  }
   Tensor out = arithmetic(BinaryOp::power, a, b);
   Tensor saved = out.detach();
   return record_gradient(out, "power", {a, b}, [a, b, saved](const Tensor& g) {
@@ -277,6 +344,9 @@ Tensor logical_and(const Tensor& a, const Tensor& b) {
 Tensor logical_or(const Tensor& a, const Tensor& b) { return logical(BinaryOp::logical_or, a, b); }
 
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
+  if (detail::goes_through_handler({&condition, &a, &b})) {
+    return detail::through_handler({"where", OpFamily::elementwise, {condition, a, b}, [](const std::vector<Tensor>& local) { return where(local[0], local[1], local[2]); }});
+  }
   check_defined(condition, "where", "condition");
   if (condition.dtype() != bool_) {
     throw DTypeError(str("where: condition must be a bool tensor, got ",

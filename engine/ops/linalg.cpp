@@ -51,6 +51,10 @@ Tensor matmul_recorded(const Tensor& a, const Tensor& b) { return detail::matmul
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (detail::goes_through_handler({&a, &b})) {
+    return detail::through_handler({"matmul", OpFamily::contraction, {a, b},
+                                    [](const std::vector<Tensor>& local) { return matmul(local[0], local[1]); }});
+  }
   detail::check_defined(a, "matmul", "a");
   detail::check_defined(b, "matmul", "b");
   detail::check_same_device(a, b, "matmul");

@@ -5,6 +5,10 @@
 namespace keras::ops {
 namespace {
 Tensor softmax_family(const Tensor& x, std::int64_t axis_in, bool log, const char* name) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({name, OpFamily::along_axis, {x},
+                                    [axis_in, log, name](const std::vector<Tensor>& local) { return softmax_family(local[0], axis_in, log, name); }, {axis_in}});
+  }
   detail::check_defined(x, name, "x");
   detail::check_floating(x, name);
   if (x.rank() == 0) throw ValueError(str(name, " needs a tensor of rank >= 1, got a scalar"));

@@ -5,6 +5,7 @@
 
 #include "engine/backend.h"
 #include "engine/errors.h"
+#include "engine/op_dispatch.h"
 #include "engine/ops.h"
 
 namespace keras::ops::detail {

@@ -75,6 +75,10 @@ Tensor extreme(ReduceOp op, const Tensor& x, const Axes& axes_in, bool keepdims,
 
 Tensor sum(const Tensor& x, const Axes& axes_in, bool keepdims) {
   detail::check_defined(x, "sum", "x");
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"sum", OpFamily::reduction, {x},
+                                    [axes_in, keepdims](const std::vector<Tensor>& local) { return sum(local[0], axes_in, keepdims); }, axes_in, keepdims});
+  }
   std::vector<int> axes = detail::normalize_axes(axes_in, x.rank(), "sum");
   Tensor kept = reduce_forward(ReduceOp::sum, x, axes, "sum");
   kept = record_gradient(kept, "sum", {x}, [shape = x.shape()](const Tensor& g) {
@@ -85,6 +89,10 @@ Tensor sum(const Tensor& x, const Axes& axes_in, bool keepdims) {
 
 Tensor mean(const Tensor& x, const Axes& axes_in, bool keepdims) {
   detail::check_defined(x, "mean", "x");
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"mean", OpFamily::reduction, {x},
+                                    [axes_in, keepdims](const std::vector<Tensor>& local) { return mean(local[0], axes_in, keepdims); }, axes_in, keepdims});
+  }
   detail::check_floating(x, "mean");
   std::vector<int> axes = detail::normalize_axes(axes_in, x.rank(), "mean");
   std::int64_t count = 1;
@@ -94,23 +102,39 @@ Tensor mean(const Tensor& x, const Axes& axes_in, bool keepdims) {
 }
 
 Tensor var(const Tensor& x, const Axes& axes, bool keepdims) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"var", OpFamily::reduction, {x},
+                                    [axes, keepdims](const std::vector<Tensor>& local) { return var(local[0], axes, keepdims); }, axes, keepdims});
+  }
   Tensor centered = x - mean(x, axes, /*keepdims=*/true);
   return mean(square(centered), axes, keepdims);
 }
 
 Tensor max(const Tensor& x, const Axes& axes, bool keepdims) {
   detail::check_defined(x, "max", "x");
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"max", OpFamily::reduction, {x},
+                                    [axes, keepdims](const std::vector<Tensor>& local) { return max(local[0], axes, keepdims); }, axes, keepdims});
+  }
   return extreme(ReduceOp::max, x, axes, keepdims, "max");
 }
 
 Tensor min(const Tensor& x, const Axes& axes, bool keepdims) {
   detail::check_defined(x, "min", "x");
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"min", OpFamily::reduction, {x},
+                                    [axes, keepdims](const std::vector<Tensor>& local) { return min(local[0], axes, keepdims); }, axes, keepdims});
+  }
   return extreme(ReduceOp::min, x, axes, keepdims, "min");
 }
 
 namespace {
 Tensor arg_extreme(bool largest, const Tensor& x, std::int64_t axis_in, const char* name) {
   detail::check_defined(x, name, "x");
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({name, OpFamily::along_axis, {x},
+                                    [largest, axis_in, name](const std::vector<Tensor>& local) { return arg_extreme(largest, local[0], axis_in, name); }, {axis_in}});
+  }
   if (x.rank() == 0) throw ValueError(str(name, " needs a tensor of rank >= 1, got a scalar"));
   int axis = normalize_axis(axis_in, x.rank(), name);
   if (x.shape()[axis] == 0) {

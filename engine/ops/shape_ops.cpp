@@ -9,6 +9,10 @@ namespace keras::ops {
 
 Tensor reshape(const Tensor& x, const Shape& shape_in) {
   detail::check_defined(x, "reshape", "x");
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"reshape", OpFamily::other, {x},
+                                    [shape_in](const std::vector<Tensor>& local) { return reshape(local[0], shape_in); }});
+  }
   Shape shape = shape_in;
   int unknown = -1;
   std::int64_t known = 1;
@@ -50,6 +54,10 @@ Tensor reshape(const Tensor& x, const Shape& shape_in) {
 }
 
 Tensor transpose(const Tensor& x, const std::vector<std::int64_t>& permutation_in) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"transpose", OpFamily::transpose, {x},
+                                    [permutation_in](const std::vector<Tensor>& local) { return transpose(local[0], permutation_in); }, permutation_in});
+  }
   detail::check_defined(x, "transpose", "x");
   int rank = x.rank();
   std::vector<int> permutation(rank);
@@ -83,6 +91,10 @@ Tensor transpose(const Tensor& x, const std::vector<std::int64_t>& permutation_i
 
 Tensor expand_dims(const Tensor& x, std::int64_t axis_in) {
   detail::check_defined(x, "expand_dims", "x");
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"expand_dims", OpFamily::other, {x},
+                                    [axis_in](const std::vector<Tensor>& local) { return expand_dims(local[0], axis_in); }});
+  }
   int axis = normalize_axis(axis_in, x.rank() + 1, "expand_dims");
   Shape shape = x.shape();
   shape.insert(shape.begin() + axis, 1);
@@ -91,6 +103,10 @@ Tensor expand_dims(const Tensor& x, std::int64_t axis_in) {
 
 Tensor squeeze(const Tensor& x, std::int64_t axis_in) {
   detail::check_defined(x, "squeeze", "x");
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"squeeze", OpFamily::other, {x},
+                                    [axis_in](const std::vector<Tensor>& local) { return squeeze(local[0], axis_in); }});
+  }
   int axis = normalize_axis(axis_in, x.rank(), "squeeze");
   if (x.shape()[axis] != 1) {
     throw ShapeError(str("squeeze: axis ", axis, " of shape ", shape_to_string(x.shape()),
@@ -103,6 +119,10 @@ Tensor squeeze(const Tensor& x, std::int64_t axis_in) {
 
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   detail::check_defined(x, "broadcast_to", "x");
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"broadcast_to", OpFamily::other, {x},
+                                    [shape](const std::vector<Tensor>& local) { return broadcast_to(local[0], shape); }});
+  }
   Shape result = broadcast_shapes(x.shape(), shape, "broadcast_to");
   if (result != shape) {
     throw ShapeError(str("broadcast_to: cannot broadcast ", shape_to_string(x.shape()), " to ",
@@ -122,6 +142,10 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
 }
 
 Tensor slice(const Tensor& x, const Shape& starts, const Shape& sizes_in) {
+  if (detail::goes_through_handler({&x})) {
+    return detail::through_handler({"slice", OpFamily::other, {x},
+                                    [starts, sizes_in](const std::vector<Tensor>& local) { return slice(local[0], starts, sizes_in); }});
+  }
   detail::check_defined(x, "slice", "x");
   int rank = x.rank();
   if (static_cast<int>(starts.size()) != rank || static_cast<int>(sizes_in.size()) != rank) {
@@ -149,6 +173,10 @@ Tensor slice(const Tensor& x, const Shape& starts, const Shape& sizes_in) {
 Tensor concatenate(const std::vector<Tensor>& tensors, std::int64_t axis_in) {
   if (tensors.empty()) throw ValueError("concatenate: got no tensors; expected at least one");
   for (const Tensor& tensor : tensors) detail::check_defined(tensor, "concatenate", "tensors");
+  if (detail::goes_through_handler(tensors)) {
+    return detail::through_handler({"concatenate", OpFamily::concatenate, tensors,
+                                    [axis_in](const std::vector<Tensor>& local) { return concatenate(local, axis_in); }, {axis_in}});
+  }
   const Tensor& first = tensors[0];
   if (first.rank() == 0) throw ValueError("concatenate: scalars cannot be concatenated");
   int axis = normalize_axis(axis_in, first.rank(), "concatenate");
@@ -214,6 +242,10 @@ void check_take_indices(const Tensor& indices, std::int64_t limit, const char* o
 Tensor take(const Tensor& x, const Tensor& indices, std::int64_t axis_in) {
   detail::check_defined(x, "take", "x");
   detail::check_defined(indices, "take", "indices");
+  if (detail::goes_through_handler({&x, &indices})) {
+    return detail::through_handler({"take", OpFamily::other, {x, indices},
+                                    [axis_in](const std::vector<Tensor>& local) { return take(local[0], local[1], axis_in); }});
+  }
   detail::check_same_device(x, indices, "take");
   if (x.rank() == 0) throw ValueError("take: cannot index a scalar");
   int axis = normalize_axis(axis_in, x.rank(), "take");
@@ -232,6 +264,10 @@ Tensor take(const Tensor& x, const Tensor& indices, std::int64_t axis_in) {
 
 Tensor one_hot(const Tensor& indices, std::int64_t depth, DType dtype) {
   detail::check_defined(indices, "one_hot", "indices");
+  if (detail::goes_through_handler({&indices})) {
+    return detail::through_handler({"one_hot", OpFamily::other, {indices},
+                                    [depth, dtype](const std::vector<Tensor>& local) { return one_hot(local[0], depth, dtype); }});
+  }
   if (depth <= 0) throw ValueError(str("one_hot: depth must be positive, got ", depth));
   if (indices.dtype() != int32 && indices.dtype() != int64) {
     throw DTypeError(str("one_hot: indices must be int32 or int64, got ",

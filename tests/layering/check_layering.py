@@ -1,4 +1,4 @@
-"""The build targets mirror DESIGN.md's layers: engine <- distribution <- layers (with io).
+"""The build targets mirror the tiers of docs/ARCHITECTURE.md: engine <- distribution <- layers (with io).
 
 Checks, from the sources and from the build:
   1. includes: engine/ includes only engine/; io/ only engine/ and io/; distribution/ only

@@ -2,7 +2,7 @@
 // a mesh sized from the job and a LayoutMap; model_parallel_tests.cpp trains each case on one
 // process and under ModelParallel and compares (see its opening). The MLP rows live there, the
 // transformer rows in transformer_parallel_cases.cpp, the convolution rows in
-// convolution_parallel_cases.cpp.
+// convolution_parallel_cases.cpp, the custom-layer rows in custom_layer_parallel_cases.cpp.
 #pragma once
 #include <functional>
 #include <memory>
@@ -44,5 +44,7 @@ constexpr std::int64_t kBatch = 8;
 std::vector<Case> transformer_cases();
 // The convolution rows (convolution_parallel_cases.cpp).
 std::vector<Case> convolution_cases();
+// The custom-layer rows: user layers of plain ops (custom_layer_parallel_cases.cpp).
+std::vector<Case> custom_layer_cases();
 
 }  // namespace keras::model_parallel_table

@@ -5,11 +5,13 @@
 // bad inputs, each with its message.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "distribution/placement.h"
 #include "distribution/redistribute.h"
 #include "distribution/sharded_tensor.h"
+#include "distribution/sharding_propagator.h"
 #include "engine/gpu_runtime.h"
 #include "keras.h"
 #include "tests/gpu_emulation/emulated_gpu_group.h"
@@ -151,6 +153,7 @@ std::vector<Case> cases() {
   std::vector<Case> all = mlp_cases();
   for (Case& transformer : transformer_cases()) all.push_back(std::move(transformer));
   for (Case& convolution : convolution_cases()) all.push_back(std::move(convolution));
+  for (Case& custom : custom_layer_cases()) all.push_back(std::move(custom));
   return all;
 }
 
@@ -406,6 +409,31 @@ TEST(ModelParallelSummary, ShowsLayoutsBytesCollectivesAndWarnings) {
     EXPECT_NE(text.find(expected), std::string::npos) << "missing '" << expected << "' in\n" << text;
   }
   kd::set_distribution(nullptr);
+}
+
+// An op with no sharding rule in a user's layer gathers its sharded operand, and says so: once
+// in the log and in summary(), naming the op, the layer and the operand.
+TEST(ModelParallelSummary, NamesTheOpsThatGatheredForWantOfARule) {
+  const std::vector<Case> custom = custom_layer_cases();
+  auto unruled = std::find_if(custom.begin(), custom.end(),
+                              [](const Case& test) { return test.name == "custom_layer_with_no_rule"; });
+  ASSERT_NE(unruled, custom.end());
+  clear_session();
+  auto map = std::make_shared<kd::LayoutMap>(unruled->mesh(size()));
+  unruled->layouts(*map);
+  kd::set_distribution(std::make_shared<kd::ModelParallel>(map));
+  std::shared_ptr<Model> model = unruled->model();
+  model->compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+  Tensor y = ops::cast(ops::random({RandomDistribution::uniform, 0, 4, 46}, {kBatch}, float64), int64);
+  model->train_on_batch(inputs_for_tests(), y);
+  std::string text = model->summary_text();
+  EXPECT_NE(text.find("in layer 'custom/unruled' has no sharding rule for 'custom/unruled/kernel' laid out as "
+                      "[R, S(1)]"),
+            std::string::npos)
+      << text;
+  ASSERT_FALSE(kd::gathered_operations().empty());
+  clear_session();
+  EXPECT_TRUE(kd::gathered_operations().empty()) << "clear_session() forgets them";
 }
 
 }  // namespace

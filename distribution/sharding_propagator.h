@@ -1,0 +1,64 @@
+// The sharding propagator: the handler that the engine's ops hand themselves to when one of
+// their operands is sharded (engine/op_dispatch.h). For each op it looks up the rule of the op's
+// family, moves the operands to the blocks the rule asks for (redistribute(), with the gradient
+// sums of ShardingContext::operand), runs the op on those local blocks and records the output's
+// sharding on it (docs/ARCHITECTURE.md, "Sharding at op dispatch"). An op with no rule for the
+// shardings it got has its operands gathered first — variables to replicated, activations to the
+// data layout — and is listed once, in a log line on process 0 and in model.summary(): correct,
+// never silently wrong, and visible.
+//
+// A Layer installs one for its call() when a distribution engages the layers (layers/layer.cpp);
+// the built-in layers that still compute on local blocks themselves (call_sharded) install none.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "distribution/sharded_tensor.h"
+#include "engine/op_dispatch.h"
+
+namespace keras::distribution {
+
+class ShardingPropagator : public ShardedOpHandler {
+ public:
+  // `context` must outlive the propagator; `layer_path` names the layer in what it reports.
+  ShardingPropagator(const ShardingContext& context, std::string layer_path);
+  Tensor dispatch(const OpCall& call) const override;
+
+ private:
+  // How an operand lies: its annotation, or for an unannotated one, the data layout when it
+  // looks like an activation of an op whose output has rank `output_rank` (not a variable, the
+  // output's rank, more than one row), replicated otherwise (constants, broadcast operands).
+  Sharding operand_sharding(const Tensor& operand, int output_rank) const;
+  // One function per family of rules (the header comment of each in the .cpp says the rule).
+  Tensor elementwise(const OpCall& call) const;
+  Tensor gathered(const OpCall& call) const;
+  // Runs the op on local blocks, with no handler installed.
+  Tensor computed(const OpCall& call, const std::vector<Tensor>& local) const;
+  // `out` annotated with `sharding` (left unannotated when that is the data layout).
+  Tensor annotated(Tensor out, const Sharding& sharding) const;
+  // For each mesh axis, whether `output` is split there.
+  std::vector<bool> split_axes(const Sharding& output) const;
+  // `operand` (laid out as `from`) moved to `to` for an op whose output is split over the mesh
+  // axes marked in `output_split` (the batch axis always: gradients are summands there).
+  Tensor moved(const Tensor& operand, const Sharding& from, const Sharding& to,
+               std::vector<bool> output_split) const;
+
+  const ShardingContext& context_;
+  std::string layer_path_;
+};
+
+// An op that got a sharded operand it has no rule for, whose operand was gathered first.
+struct GatheredOperation {
+  std::string op;        // "slice"
+  std::string layer;     // the layer whose call ran it: "custom/unruled"
+  std::string operand;   // the variable's path, or "an activation"
+  std::string sharding;  // how the operand lay
+  std::string to_string() const;
+};
+
+// The gathered operations seen since the last forget_gathered_operations() (clear_session()),
+// each once, in the order first seen.
+std::vector<GatheredOperation> gathered_operations();
+void forget_gathered_operations();
+
+}  // namespace keras::distribution
