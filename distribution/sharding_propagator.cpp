@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
+#include <string_view>
 #include <mutex>
 
+#include "distribution/redistribute.h"
 #include "distribution/runtime.h"
 #include "distribution/sharding_rules.h"
 
@@ -55,6 +58,41 @@ Tensor without_annotation(Tensor tensor) {
                          [](const Tensor& gradient) { return std::vector<Tensor>{gradient}; });
 }
 
+// Einsum labels for a contraction: matmul's from the ranks ("aby,yz->abz", batched
+// "abxy,abyz->abxz"), einsum's from its equation with "..." spelled out. Nothing for an
+// equation the rule cannot read (implicit output, "..." in both operands).
+std::optional<sharding_rules::Contraction> contraction_labels(const OpCall& call, int a_rank, int b_rank) {
+  if (call.equation.empty()) {
+    if (a_rank < 2 || b_rank < 2 || (b_rank > 2 && b_rank != a_rank)) return std::nullopt;
+    std::string leading;
+    for (int dim = 0; dim + 2 < a_rank; ++dim) leading += static_cast<char>('a' + dim);
+    if (b_rank == 2) return sharding_rules::Contraction{leading + "xy", "yz", leading + "xz"};
+    return sharding_rules::Contraction{leading + "xy", leading + "yz", leading + "xz"};
+  }
+  std::string equation;
+  for (char c : call.equation) {
+    if (c != ' ') equation += c;
+  }
+  std::size_t comma = equation.find(','), arrow = equation.find("->");
+  if (comma == std::string::npos || arrow == std::string::npos || arrow < comma) return std::nullopt;
+  std::string a = equation.substr(0, comma), b = equation.substr(comma + 1, arrow - comma - 1);
+  std::string out = equation.substr(arrow + 2);
+  const bool a_has = a.find("...") != std::string::npos, b_has = b.find("...") != std::string::npos;
+  if (a_has && b_has) return std::nullopt;
+  if (a_has || b_has) {
+    std::string& with = a_has ? a : b;
+    int spelled = static_cast<int>(with.size()) - 3;
+    int missing = (a_has ? a_rank : b_rank) - spelled;
+    if (missing < 0 || missing > 8 || out.find("...") == std::string::npos) return std::nullopt;
+    std::string letters;
+    for (int i = 0; i < missing; ++i) letters += static_cast<char>('A' + i);  // einsum's are lower case
+    with.replace(with.find("..."), 3, letters);
+    out.replace(out.find("..."), 3, letters);
+  }
+  if (static_cast<int>(a.size()) != a_rank || static_cast<int>(b.size()) != b_rank) return std::nullopt;
+  return sharding_rules::Contraction{a, b, out};
+}
+
 }  // namespace
 
 std::string GatheredOperation::to_string() const {
@@ -89,8 +127,21 @@ Tensor ShardingPropagator::moved(const Tensor& operand, const Sharding& from, co
 }
 
 Tensor ShardingPropagator::dispatch(const OpCall& call) const {
-  // Element-wise ops follow their rule; every other family gathers, for now.
-  if (call.family == OpFamily::elementwise) return elementwise(call);
+  switch (call.family) {
+    case OpFamily::elementwise:
+      return elementwise(call);
+    case OpFamily::contraction:
+      return contraction(call);
+    case OpFamily::reduction:
+    case OpFamily::along_axis:
+      return along_axes(call);
+    case OpFamily::transpose:
+      return transpose(call);
+    case OpFamily::concatenate:
+      return concatenate(call);
+    case OpFamily::other:
+      break;
+  }
   return gathered(call);
 }
 
@@ -109,6 +160,141 @@ std::vector<bool> ShardingPropagator::split_axes(const Sharding& output) const {
   std::vector<bool> split;
   for (int axis = 0; axis < context_.axes(); ++axis) split.push_back(!output.placement(axis).is_replicate());
   return split;
+}
+
+Sharding ShardingPropagator::whole_along(Sharding sharding, const std::vector<int>& dims) const {
+  for (int axis = 0; axis < context_.axes(); ++axis) {
+    const Placement& placement = sharding.placement(axis);
+    if (axis == context_.batch_axis || !placement.is_shard()) continue;
+    if (std::find(dims.begin(), dims.end(), placement.dim()) != dims.end()) {
+      sharding = sharding.with(axis, Placement::replicate());
+    }
+  }
+  return sharding;
+}
+
+bool ShardingPropagator::batch_splits(const Sharding& sharding, const std::vector<int>& dims) const {
+  const Placement& batch = sharding.placement(context_.batch_axis);
+  return context_.batch_axis_size() > 1 && batch.is_shard() &&
+         std::find(dims.begin(), dims.end(), batch.dim()) != dims.end();
+}
+
+// matmul and einsum by the contraction rule (sharding_rules::contraction): the first operand
+// is read as the activation, the second as the kernel; a Partial product is summed to
+// replicated (an all-reduce) before it is annotated.
+Tensor ShardingPropagator::contraction(const OpCall& call) const {
+  const Tensor& x = call.operands[0];
+  const Tensor& kernel = call.operands[1];
+  std::optional<sharding_rules::Contraction> labels = contraction_labels(call, x.rank(), kernel.rank());
+  if (!labels) return gathered(call);
+  Sharding x_from = operand_sharding(x, x.rank());
+  // An unannotated second operand is an activation only where it shares the first operand's
+  // batch dimension (attention scores, q @ k); otherwise it is a constant or a replicated weight.
+  Sharding kernel_from = sharding_of(kernel) ? operand_sharding(kernel, kernel.rank())
+                         : !is_variable(kernel) && kernel.rank() >= 3 && !labels->kernel.empty() &&
+                                   labels->kernel[0] == labels->x[0] && x_from.placement(context_.batch_axis).is_shard()
+                             ? context_.data_sharding(kernel.shape())
+                             : Sharding::replicated(context_.mesh, kernel.shape());
+  sharding_rules::OperationSharding rule = sharding_rules::contraction(*labels, x_from, kernel_from);
+  std::vector<bool> output_split = split_axes(rule.output);
+  std::vector<Tensor> local = {moved(x, x_from, rule.inputs[0], output_split),
+                               moved(kernel, kernel_from, rule.inputs[1], output_split)};
+  Tensor product = without_annotation(computed(call, local));
+  Sharding summed = sharding_rules::resolved(rule.output);
+  Tensor out = summed == rule.output ? product : redistribute(product, rule.output, summed);
+  return annotated(out, summed);
+}
+
+// Reductions, softmax and argmax: the reduced (or normalised) dimensions are made whole on every
+// mesh axis but the batch axis, the op runs on the blocks, the other placements are kept. Over
+// the batch dimension the result is each process's own (as a replica's in Keras), as it is for
+// an unannotated activation: such an output is left unannotated.
+Tensor ShardingPropagator::along_axes(const OpCall& call) const {
+  const Tensor& x = call.operands[0];
+  Sharding from = operand_sharding(x, x.rank());
+  std::vector<int> dims;
+  if (call.axes.empty()) {
+    for (int dim = 0; dim < x.rank(); ++dim) dims.push_back(dim);
+  } else {
+    for (std::int64_t axis : call.axes) {
+      std::int64_t normal = axis < 0 ? axis + x.rank() : axis;
+      if (normal < 0 || normal >= x.rank()) return gathered(call);  // the op's own error
+      dims.push_back(static_cast<int>(normal));
+    }
+  }
+  Sharding target = whole_along(from, dims);
+  Tensor local = moved(x, from, target, split_axes(target));
+  Tensor out = computed(call, {local});
+  if (batch_splits(target, dims)) return without_annotation(out);
+  if (call.family == OpFamily::along_axis && std::string_view(call.name).find("arg") == std::string_view::npos) {
+    return annotated(out, target);  // softmax, log_softmax: the shape is kept
+  }
+  const bool keep = call.family == OpFamily::reduction && call.keepdims;
+  return annotated(out, sharding_rules::reduction(target, dims, keep));
+}
+
+// A transpose maps each split dimension to its new place; one that moves the batch away from
+// dimension 0 is gathered (an activation's batch is its dimension 0).
+Tensor ShardingPropagator::transpose(const OpCall& call) const {
+  const Tensor& x = call.operands[0];
+  Sharding from = operand_sharding(x, x.rank());
+  std::vector<std::int64_t> permutation = call.axes;
+  if (permutation.empty()) {
+    for (int dim = x.rank() - 1; dim >= 0; --dim) permutation.push_back(dim);
+  }
+  if (static_cast<int>(permutation.size()) != x.rank()) return gathered(call);  // the op's own error
+  std::vector<int> position(static_cast<std::size_t>(x.rank()), -1);
+  Shape shape;
+  for (std::size_t j = 0; j < permutation.size(); ++j) {
+    std::int64_t dim = permutation[j] < 0 ? permutation[j] + x.rank() : permutation[j];
+    if (dim < 0 || dim >= x.rank() || position[static_cast<std::size_t>(dim)] >= 0) return gathered(call);
+    position[static_cast<std::size_t>(dim)] = static_cast<int>(j);
+    shape.push_back(from.global_shape()[static_cast<std::size_t>(dim)]);
+  }
+  if (position[0] != 0 && batch_splits(from, {0})) return gathered(call);
+  std::vector<Placement> placements;
+  for (const Placement& placement : from.placements()) {
+    placements.push_back(placement.is_shard() ? Placement::shard(position[static_cast<std::size_t>(placement.dim())])
+                                              : placement);
+  }
+  Tensor out = computed(call, {x});
+  return annotated(out, Sharding(context_.mesh, std::move(placements), std::move(shape)));
+}
+
+// Tensors joined along an axis: that axis is made whole (a concatenation of blocks is not the
+// block of the concatenation), every other dimension lies as in the first annotated operand.
+Tensor ShardingPropagator::concatenate(const OpCall& call) const {
+  const int rank = call.operands[0].rank();
+  std::int64_t axis = call.axes.empty() ? 0 : call.axes[0];
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return gathered(call);  // the op's own error
+  std::vector<Sharding> from;
+  const Sharding* leader = nullptr;
+  for (const Tensor& operand : call.operands) {
+    if (operand.rank() != rank) return gathered(call);
+    from.push_back(operand_sharding(operand, rank));
+  }
+  for (std::size_t i = 0; i < from.size() && leader == nullptr; ++i) {
+    if (call.operands[i].annotation()) leader = &from[i];
+  }
+  Sharding layout = whole_along(*leader, {static_cast<int>(axis)});
+  if (batch_splits(layout, {static_cast<int>(axis)})) return gathered(call);
+  std::vector<bool> output_split = split_axes(layout);
+  std::vector<Tensor> local;
+  Shape shape = layout.global_shape();
+  shape[static_cast<std::size_t>(axis)] = 0;
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    Shape own = from[i].global_shape();
+    for (int dim = 0; dim < rank; ++dim) {
+      if (dim != axis && own[static_cast<std::size_t>(dim)] != layout.global_shape()[static_cast<std::size_t>(dim)]) {
+        return gathered(call);  // shapes that do not fit: the op's own error
+      }
+    }
+    shape[static_cast<std::size_t>(axis)] += own[static_cast<std::size_t>(axis)];
+    local.push_back(moved(call.operands[i], from[i], Sharding(context_.mesh, layout.placements(), own), output_split));
+  }
+  Tensor out = computed(call, local);
+  return annotated(out, Sharding(context_.mesh, layout.placements(), std::move(shape)));
 }
 
 // Element-wise with broadcasting: the output lies as the first operand that has the output's

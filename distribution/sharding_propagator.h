@@ -31,6 +31,10 @@ class ShardingPropagator : public ShardedOpHandler {
   Sharding operand_sharding(const Tensor& operand, int output_rank) const;
   // One function per family of rules (the header comment of each in the .cpp says the rule).
   Tensor elementwise(const OpCall& call) const;
+  Tensor contraction(const OpCall& call) const;
+  Tensor along_axes(const OpCall& call) const;
+  Tensor transpose(const OpCall& call) const;
+  Tensor concatenate(const OpCall& call) const;
   Tensor gathered(const OpCall& call) const;
   // Runs the op on local blocks, with no handler installed.
   Tensor computed(const OpCall& call, const std::vector<Tensor>& local) const;
@@ -38,6 +42,10 @@ class ShardingPropagator : public ShardedOpHandler {
   Tensor annotated(Tensor out, const Sharding& sharding) const;
   // For each mesh axis, whether `output` is split there.
   std::vector<bool> split_axes(const Sharding& output) const;
+  // `sharding` with `dims` whole on every mesh axis but the batch axis.
+  Sharding whole_along(Sharding sharding, const std::vector<int>& dims) const;
+  // Whether the batch axis (of more than one device) splits one of `dims`.
+  bool batch_splits(const Sharding& sharding, const std::vector<int>& dims) const;
   // `operand` (laid out as `from`) moved to `to` for an op whose output is split over the mesh
   // axes marked in `output_split` (the batch axis always: gradients are summands there).
   Tensor moved(const Tensor& operand, const Sharding& from, const Sharding& to,

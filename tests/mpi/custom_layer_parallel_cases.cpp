@@ -113,6 +113,11 @@ std::vector<Case> custom_layer_cases() {
          map[".*linear/bias"] = {"model"};
        },
        then_head<Linear>([] { return Linear(16, "linear"); })},
+      {"custom_layer_replicated_bias_on_a_split_product", model_axis,
+       // The bias is whole, the product split by columns: the element-wise rule cuts the bias to
+       // the product's block and sums its gradient over the model axis.
+       [](kd::LayoutMap& map) { map[".*linear/kernel"] = {std::nullopt, "model"}; },
+       then_head<Linear>([] { return Linear(16, "linear"); })},
       {"custom_layer_row_split_kernel", model_axis,
        [](kd::LayoutMap& map) { map[".*linear/kernel"] = {"model", std::nullopt}; },
        [] {
