@@ -47,6 +47,8 @@ struct ShardingContext {
   std::vector<std::int64_t> coordinates;  // this process's mesh coordinates
   std::shared_ptr<Distribution> active;
 
+  // Resolved from the global distribution. Only the step context calls it (step_context.h):
+  // everything else reads StepContext::sharding().
   static std::optional<ShardingContext> current();
   std::int64_t batch_axis_size() const { return mesh->shape()[static_cast<std::size_t>(batch_axis)]; }
   const std::string& axis_name(int axis) const { return mesh->axis_names()[static_cast<std::size_t>(axis)]; }

@@ -2,6 +2,7 @@
 #include "layers/basic_layers.h"
 
 #include "distribution/sharding_rules.h"
+#include "distribution/step_context.h"
 #include "engine/errors.h"
 #include "engine/op_dispatch.h"
 #include "engine/ops.h"
@@ -42,7 +43,7 @@ Tensor Dropout::call(const Tensor& inputs, bool training) {
   Shape full = inputs.shape();
   Shape starts(inputs.shape().size(), 0);
   bool block = false;
-  if (auto context = distribution::ShardingContext::current()) {
+  if (const distribution::ShardingContext* context = distribution::StepContext::sharding()) {
     if (std::optional<distribution::Sharding> sharding = distribution::sharding_of(inputs)) {
       auto [block_starts, block_sizes] = sharding->block(context->coordinates);
       full = sharding->global_shape();
@@ -120,7 +121,7 @@ Tensor Embedding::call(const Tensor& inputs, bool) {
   ops::check_indices(inputs, 0, input_dim_,
                      str("Embedding '", name(), "': index {} is out of range; expected indices in [0, ",
                          input_dim_, ")"));
-  auto context = distribution::ShardingContext::current();
+  const distribution::ShardingContext* context = distribution::StepContext::sharding();
   if (!context) return ops::take(embeddings_, inputs, 0);
   return call_sharded(*context, inputs);
 }
@@ -172,7 +173,9 @@ void LayerNormalization::build(const Shape& input_shape) {
 Tensor LayerNormalization::call(const Tensor& inputs_in, bool) {
   // Computes in the weights' dtype (float32), as Dense does, whatever the input dtype.
   Tensor inputs = inputs_in.dtype() == float32 ? inputs_in : ops::cast(inputs_in, float32);
-  if (auto context = distribution::ShardingContext::current()) return call_sharded(*context, inputs);
+  if (const distribution::ShardingContext* context = distribution::StepContext::sharding()) {
+    return call_sharded(*context, inputs);
+  }
   Tensor mean = ops::mean(inputs, {-1}, /*keepdims=*/true);
   Tensor centered = inputs - mean;
   Tensor variance = ops::mean(ops::square(centered), {-1}, /*keepdims=*/true);

@@ -3,6 +3,7 @@
 
 #include "distribution/runtime.h"
 #include "distribution/sharded_tensor.h"
+#include "distribution/step_context.h"
 
 namespace keras {
 namespace {
@@ -36,7 +37,8 @@ BatchShard BatchShard::current(const char* what) {
                          " devices"));
   }
   if (!active || distribution::num_processes() == 1) return context;
-  if (auto sharded = distribution::ShardingContext::current()) {
+  distribution::StepContext step_context;
+  if (const distribution::ShardingContext* sharded = distribution::StepContext::sharding()) {
     context.sharded_layers_ = true;
     context.batch_axis_ = sharded->batch_axis;
     context.mesh_shape_ = sharded->mesh->shape();

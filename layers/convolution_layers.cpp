@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "distribution/sharding_rules.h"
+#include "distribution/step_context.h"
 #include "engine/errors.h"
 #include "engine/op_dispatch.h"
 #include "engine/ops.h"
@@ -74,7 +75,9 @@ Tensor Conv2D::convolve(const Tensor& inputs, const Tensor& kernel) const {
 }
 
 Tensor Conv2D::call(const Tensor& inputs, bool) {
-  if (auto context = distribution::ShardingContext::current()) return call_sharded(*context, inputs);
+  if (const distribution::ShardingContext* context = distribution::StepContext::sharding()) {
+    return call_sharded(*context, inputs);
+  }
   if (inputs.rank() != 4 || inputs.dim(3) != kernel_.dim(2) * options_.groups) {
     throw ShapeError(str("Conv2D '", name(), "' was built for channels_last inputs with ",
                          kernel_.dim(2) * options_.groups, " channels, got inputs of shape ",

@@ -1,6 +1,7 @@
 // Dense layer.
 #include "layers/dense.h"
 
+#include "distribution/step_context.h"
 #include "engine/errors.h"
 #include "distribution/sharding_rules.h"
 #include "engine/op_dispatch.h"
@@ -26,7 +27,9 @@ void Dense::build(const Shape& input_shape) {
 }
 
 Tensor Dense::call(const Tensor& inputs, bool) {
-  if (auto context = distribution::ShardingContext::current()) return call_sharded(*context, inputs);
+  if (const distribution::ShardingContext* context = distribution::StepContext::sharding()) {
+    return call_sharded(*context, inputs);
+  }
   if (inputs.rank() == 0 || inputs.shape().back() != kernel_.dim(0)) {
     throw ShapeError(str("Dense '", name(), "' was built for inputs whose last dimension is ",
                          kernel_.dim(0), ", got inputs of shape ",

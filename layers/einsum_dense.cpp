@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "distribution/step_context.h"
 #include "engine/op_dispatch.h"
 #include "layers/sharded_projection.h"
 #include "engine/errors.h"
@@ -165,7 +166,9 @@ void EinsumDense::build(const Shape& input_shape) {
 
 Tensor EinsumDense::call(const Tensor& inputs_in, bool) {
   Tensor inputs = inputs_in.dtype() == kernel_.dtype() ? inputs_in : ops::cast(inputs_in, kernel_.dtype());
-  if (auto context = distribution::ShardingContext::current()) return call_sharded(*context, inputs);
+  if (const distribution::ShardingContext* context = distribution::StepContext::sharding()) {
+    return call_sharded(*context, inputs);
+  }
   Terms terms = terms_for(inputs.rank());
   for (std::size_t d = 0; d < terms.x.size(); ++d) {
     auto at = terms.kernel.find(terms.x[d]);

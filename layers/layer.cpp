@@ -9,6 +9,7 @@
 #include "distribution/distribution.h"
 #include "distribution/sharded_tensor.h"
 #include "distribution/sharding_propagator.h"
+#include "distribution/step_context.h"
 #include "engine/errors.h"
 #include "engine/op_dispatch.h"
 #include "layers/variable_creation.h"
@@ -46,7 +47,7 @@ Layer::Layer(const std::string& default_prefix, const std::string& name)
   }
 }
 
-Tensor Layer::place_output(Tensor outputs, const std::optional<distribution::ShardingContext>& sharded) {
+Tensor Layer::place_output(Tensor outputs, const distribution::ShardingContext* sharded) {
   if (!outputs.defined()) return outputs;
   Shape shape = outputs.shape();
   if (sharded) {
@@ -66,7 +67,8 @@ Tensor Layer::place_output(Tensor outputs, const std::optional<distribution::Sha
 
 Tensor Layer::run_call(const std::function<Tensor()>& body) {
   built_ = true;
-  std::optional<distribution::ShardingContext> sharded = distribution::ShardingContext::current();
+  distribution::StepContext step_context;  // joins the trainer's, or resolves the sharding for this call
+  const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
   Tensor outputs;
   if (sharded) {
     distribution::ShardingPropagator propagator(*sharded, path());
@@ -80,7 +82,8 @@ Tensor Layer::run_call(const std::function<Tensor()>& body) {
 
 Tensor Layer::operator()(const Tensor& inputs, bool training) {
   if (!inputs.defined()) throw ValueError(str("layer '", name_, "' was called on an undefined tensor"));
-  std::optional<distribution::ShardingContext> sharded = distribution::ShardingContext::current();
+  distribution::StepContext step_context;  // joins the trainer's, or resolves the sharding for this call
+  const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
   Tensor local = inputs;
   gathered_input_ = false;
   if (sharded && !accepts_sharded_inputs()) {

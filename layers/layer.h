@@ -122,8 +122,8 @@ class Layer {
  private:
   // Moves a call's output to "<path>/output"'s layout, when the LayoutMap has one, and notes
   // its (global) shape.
-  // (`sharded`: the caller's ShardingContext::current(), looked up once per call.)
-  Tensor place_output(Tensor outputs, const std::optional<distribution::ShardingContext>& sharded);
+  // (`sharded`: the step context's, null when the distribution does not engage the layers.)
+  Tensor place_output(Tensor outputs, const distribution::ShardingContext* sharded);
 
   std::string name_;
   std::string prefix_;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "distribution/sharding_rules.h"
+#include "distribution/step_context.h"
 #include "engine/errors.h"
 #include "engine/op_dispatch.h"
 #include "engine/ops.h"
@@ -99,7 +100,7 @@ Tensor MultiHeadAttention::call(const Tensor& query, const Tensor& value, const 
                          "last one, must be equal. Received: value_shape=", shape_to_string(value.shape()),
                          " and key_shape=", shape_to_string(key.shape())));
   }
-  std::optional<distribution::ShardingContext> sharded = distribution::ShardingContext::current();
+  const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
   if (!query_) create_sublayers(sharded ? sharded->logical_shape(query).back() : query.shape().back());
   // Shapes as one process sees the whole (the batch local): the mask is checked against them.
   Shape query_shape = sharded ? sharded->logical_shape(query) : query.shape();
@@ -125,7 +126,7 @@ Tensor dot_product_attention(Tensor query, Tensor key, Tensor value, const Tenso
                            "head size), got ", input->defined() ? shape_to_string(input->shape()) : "undefined"));
     }
   }
-  std::optional<distribution::ShardingContext> sharded = distribution::ShardingContext::current();
+  const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
   {
     // On the shapes one process sees as a whole: under ModelParallel each may hold other blocks.
     Shape q = sharded ? sharded->logical_shape(query) : query.shape();

@@ -11,6 +11,7 @@
 #include "distribution/gradient_reducer.h"
 #include "distribution/redistribute.h"
 #include "distribution/runtime.h"
+#include "distribution/step_context.h"
 #include "layers/vocabulary_parallel_loss.h"
 #include "distribution/sharded_tensor.h"
 #include "engine/errors.h"
@@ -116,7 +117,7 @@ const Logs kNoLogs;
 // but a vocabulary-parallel one (logits split by class, vocabulary_parallel_loss.h) see it
 // whole, in the data layout.
 Tensor to_data_layout(const Tensor& outputs) {
-  auto context = distribution::ShardingContext::current();
+  const distribution::ShardingContext* context = distribution::StepContext::sharding();
   return context ? context->to_data_layout(outputs) : outputs;
 }
 
@@ -139,6 +140,8 @@ Trainer::StepResult Trainer::train_step(const Tensor& x, const Tensor& y, double
                                         const BatchShard::Rows* rows) {
   const bool distributed = context.distributed();
   distribution::CollectiveLog::Scope collectives;
+  // The step's sharding, resolved once for the forward pass, the loss and the backward pass.
+  distribution::StepContext step_context;
   for (Tensor& variable : model_.trainable_weights()) variable.zero_grad();
   StepResult result;
   Tensor loss;
@@ -409,6 +412,7 @@ std::map<std::string, double> Trainer::run_evaluation(const Tensor& x, const Ten
     auto [begin, end] = context.local_rows(global_begin, std::min(samples, global_begin + batch_size));
     auto count = static_cast<double>(end - begin);
     if (count > 0) {
+      distribution::StepContext step_context;
       Tensor x_batch = batch_rows(x, order, begin, end);
       Tensor y_batch = batch_rows(y, order, begin, end);
       Tensor outputs = model_(x_batch, /*training=*/false);
@@ -447,6 +451,7 @@ Tensor Trainer::predict(const Tensor& x, std::int64_t batch_size) {
     starts[0] = begin;
     Shape sizes = x.shape();
     sizes[0] = end - begin;
+    distribution::StepContext step_context;
     outputs.push_back(
         to_data_layout(model_(ops::slice(x, starts, sizes).to(default_device()), false)));
   }

@@ -4,6 +4,7 @@
 #include "distribution/redistribute.h"
 #include "distribution/sharded_tensor.h"
 #include "distribution/sharding_rules.h"
+#include "distribution/step_context.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
 
@@ -12,7 +13,7 @@ namespace keras {
 std::optional<Tensor> vocabulary_parallel_loss(const losses::Loss& loss, const Tensor& labels_in, const Tensor& logits) {
   const auto* sparse = dynamic_cast<const losses::SparseCategoricalCrossentropy*>(&loss);
   if (sparse == nullptr || !sparse->from_logits()) return std::nullopt;
-  std::optional<distribution::ShardingContext> context = distribution::ShardingContext::current();
+  const distribution::ShardingContext* context = distribution::StepContext::sharding();
   std::optional<distribution::Sharding> sharding = distribution::sharding_of(logits);
   if (!context || !sharding || sharding->has_partial() || logits.rank() < 2 || !is_floating(logits.dtype())) {
     return std::nullopt;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 
 #include "distribution/placement.h"
@@ -435,6 +436,55 @@ TEST(ModelParallelSummary, NamesTheOpsThatGatheredForWantOfARule) {
   ASSERT_FALSE(kd::gathered_operations().empty());
   clear_session();
   EXPECT_TRUE(kd::gathered_operations().empty()) << "clear_session() forgets them";
+}
+
+// The collectives one training step runs for three plans users run (the (1, P) MLP split by
+// columns then rows, keras-hub's Gemma map on a batch x model mesh, a convnet split by channels),
+// against the counts measured on 2 and 4 processes before sharding moved into the ops (commit
+// 5775acd): a step may run no more of them, nor move more bytes.
+TEST(ModelParallelCollectives, NoMorePerStepThanBeforeOpDispatch) {
+  struct Budget {
+    std::string name;
+    int processes;
+    std::int64_t calls, bytes;
+  };
+  // Measured with this test at commit 5775acd (before), `mpirun -np 2|4 keras_mpi_tests
+  // --gtest_filter='*NoMorePerStep*'`.
+  const std::vector<Budget> budgets = {
+      {"column_then_row", 2, 1, 256},          {"column_then_row", 4, 1, 256},
+      {"keras_hub_gemma_map_as_written", 2, 20, 8656}, {"keras_hub_gemma_map_as_written", 4, 20, 6608},
+      {"conv_pair_split_by_channels", 2, 1, 1024},     {"conv_pair_split_by_channels", 4, 1, 1024},
+  };
+  for (const Budget& budget : budgets) {
+    if (budget.processes != size()) continue;
+    std::vector<Case> all = cases();
+    auto found = std::find_if(all.begin(), all.end(), [&](const Case& test) { return test.name == budget.name; });
+    ASSERT_NE(found, all.end()) << budget.name;
+    clear_session();
+    set_random_seed(7);
+    auto map = std::make_shared<kd::LayoutMap>(found->mesh(size()));
+    found->layouts(*map);
+    kd::set_distribution(std::make_shared<kd::ModelParallel>(map, found->batch_dim_name));
+    std::shared_ptr<Model> model = found->model();
+    model->compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+    Shape images{kBatch};
+    images.insert(images.end(), found->image_shape.begin(), found->image_shape.end());
+    Tensor x = found->integer_inputs
+                   ? ops::cast(ops::random({RandomDistribution::uniform, 0, 24, 300}, {kBatch, 4}, float64), int64)
+                   : ops::random({RandomDistribution::normal, 0, 1, 100}, found->image_shape.empty() ? Shape{kBatch, 6} : images);
+    Tensor y = ops::cast(ops::random({RandomDistribution::uniform, 0, 4, 200}, {kBatch}, float64), int64);
+    for (int step = 0; step < 2; ++step) model->train_on_batch(x, y);
+    std::int64_t calls = 0, bytes = 0;
+    for (const kd::CollectiveTotal& total : model->last_step_collectives()) {
+      calls += total.count;
+      bytes += total.bytes;
+    }
+    if (kd::process_id() == 0) std::printf("collectives per step, %s on %d processes: %lld calls, %lld bytes\n", budget.name.c_str(), size(),
+                static_cast<long long>(calls), static_cast<long long>(bytes));
+    EXPECT_LE(calls, budget.calls) << budget.name;
+    EXPECT_LE(bytes, budget.bytes) << budget.name;
+  }
+  clear_session();
 }
 
 }  // namespace

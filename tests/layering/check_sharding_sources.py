@@ -1,0 +1,92 @@
+"""Sharding lives in the tensors and ops, and the step context is the one reader of the global
+distribution (docs/ARCHITECTURE.md, "Sharding at op dispatch" and "The life of a training step").
+
+Checks, from the sources:
+  1. ShardingContext::current() is called only by the step context (distribution/step_context.cpp);
+     layers and rules read StepContext::sharding();
+  2. the global distribution() is read in layers/ only where a whole fit, a variable's creation or
+     a report needs it (READS_DISTRIBUTION), never per layer call;
+  3. no layer file has a sharded path of its own (call_sharded) or calls a communicator, except
+     the ones listed in NOT_YET_MOVED, which is to shrink to nothing: a file added to layers/ with
+     either fails here.
+
+usage: check_sharding_sources.py SOURCE_DIR
+"""
+import os
+import re
+import sys
+
+READS_DISTRIBUTION = {
+    "layers/batch_shard.cpp",        # the trainer's data shards, once per fit / evaluate
+    "layers/variable_creation.cpp",  # a variable's layout, once at its creation
+    "layers/model_summary.cpp",      # summary() and fit()'s plan warnings
+    "layers/layer.cpp",              # clear_session() resets it
+}
+# Layer files that still compute on local blocks themselves, or issue collectives by hand.
+NOT_YET_MOVED = {
+    "layers/basic_layers.h", "layers/basic_layers.cpp",            # Embedding, LayerNormalization, Dropout
+    "layers/convolution_layers.h", "layers/convolution_layers.cpp",  # Conv2D
+    "layers/dense.h", "layers/dense.cpp",
+    "layers/einsum_dense.h", "layers/einsum_dense.cpp",
+    "layers/sharded_projection.h", "layers/sharded_projection.cpp",
+    "layers/batch_normalization.cpp",        # synchronized statistics
+    "layers/vocabulary_parallel_loss.cpp",   # logits split by class
+}
+# Files of layers/ that are the trainer's or the files' business, where collectives belong.
+TRAINING_AND_SAVING = {
+    "layers/batch_shard.cpp", "layers/batch_shard.h", "layers/backup_and_restore.cpp",
+    "layers/checkpoint_files.cpp", "layers/trainer.cpp", "layers/model.h", "layers/model.cpp",
+}
+
+CURRENT = re.compile(r"ShardingContext::current\(\)")
+DISTRIBUTION_READ = re.compile(r"(?<![\w:])(?:distribution::)?distribution\(\)")
+CALL_SHARDED = re.compile(r"\bcall_sharded\b")
+COMMUNICATOR = re.compile(r"\b(?:all_reduce|all_gather|reduce_scatter|barrier|broadcast)\s*\(|\bworld\(\)|\bCommunicator\b")
+
+
+def code_lines(path):
+    """The file's lines with // comments removed (string contents are kept)."""
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            yield number, line.split("//", 1)[0]
+
+
+def sources(source_dir, folders):
+    for folder in folders:
+        for root, _, files in os.walk(os.path.join(source_dir, folder)):
+            for name in sorted(files):
+                if name.endswith((".h", ".cpp", ".cu")):
+                    path = os.path.join(root, name)
+                    yield os.path.relpath(path, source_dir), path
+
+
+def main():
+    source_dir = sys.argv[1]
+    problems = []
+    for relative, path in sources(source_dir, ["engine", "distribution", "layers", "io"]):
+        for number, code in code_lines(path):
+            where = f"{relative}:{number}"
+            if CURRENT.search(code) and relative not in ("distribution/step_context.cpp",
+                                                         "distribution/sharded_tensor.cpp",
+                                                         "distribution/sharded_tensor.h"):
+                problems.append(f"{where} calls ShardingContext::current(); read StepContext::sharding()")
+            if not relative.startswith("layers/"):
+                continue
+            if DISTRIBUTION_READ.search(code) and relative not in READS_DISTRIBUTION:
+                problems.append(f"{where} reads the global distribution(); read the step context")
+            if relative in NOT_YET_MOVED:
+                continue
+            if CALL_SHARDED.search(code):
+                problems.append(f"{where} has a sharded path of its own; write the layer once, with ops")
+            if COMMUNICATOR.search(code) and relative not in TRAINING_AND_SAVING:
+                problems.append(f"{where} calls a communicator; collectives belong to redistribute() "
+                                "and the rules")
+    for problem in problems:
+        print(problem)
+    print(f"{len(NOT_YET_MOVED)} layer files still have a sharded path or collectives of their own: "
+          + ", ".join(sorted(NOT_YET_MOVED)))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
