@@ -110,13 +110,14 @@ void forget_gathered_operations() {
   gathered_list().clear();
 }
 
-ShardingPropagator::ShardingPropagator(const ShardingContext& context, std::string layer_path)
-    : context_(context), layer_path_(std::move(layer_path)) {}
+ShardingPropagator::ShardingPropagator(const ShardingContext& context, std::string layer_path,
+                                       TensorLayoutPtr output_layout)
+    : context_(context), layer_path_(std::move(layer_path)), output_layout_(std::move(output_layout)) {}
 
-Sharding ShardingPropagator::operand_sharding(const Tensor& operand, int output_rank) const {
+Sharding ShardingPropagator::operand_sharding(const Tensor& operand, int output_rank, std::int64_t rows) const {
   if (std::optional<Sharding> sharding = sharding_of(operand)) return without_partial(*sharding);
   bool activation = operand.rank() == output_rank && output_rank >= 1 && !is_variable(operand) &&
-                    operand.dim(0) != 1;
+                    (rows < 0 || operand.dim(0) == rows);
   return activation ? context_.data_sharding(operand.shape()) : Sharding::replicated(context_.mesh, operand.shape());
 }
 
@@ -124,6 +125,20 @@ Tensor ShardingPropagator::moved(const Tensor& operand, const Sharding& from, co
                                  std::vector<bool> output_split) const {
   output_split[static_cast<std::size_t>(context_.batch_axis)] = true;
   return context_.operand(operand, from, to, output_split);
+}
+
+Sharding ShardingPropagator::summed(const Sharding& product) const {
+  if (!product.has_partial()) return product;
+  if (output_layout_ && output_layout_->axes().size() == product.global_shape().size()) {
+    try {
+      Sharding preferred = context_.activation_target(*output_layout_, product, layer_path_ + "/output");
+      return sharding_rules::resolved(product, &preferred);
+    } catch (const ValueError&) {
+      // A layout that cannot split this intermediate product is no preference for it; the
+      // layer's output is checked against it when it is placed.
+    }
+  }
+  return sharding_rules::resolved(product);
 }
 
 Tensor ShardingPropagator::dispatch(const OpCall& call) const {
@@ -200,9 +215,9 @@ Tensor ShardingPropagator::contraction(const OpCall& call) const {
   std::vector<Tensor> local = {moved(x, x_from, rule.inputs[0], output_split),
                                moved(kernel, kernel_from, rule.inputs[1], output_split)};
   Tensor product = without_annotation(computed(call, local));
-  Sharding summed = sharding_rules::resolved(rule.output);
-  Tensor out = summed == rule.output ? product : redistribute(product, rule.output, summed);
-  return annotated(out, summed);
+  Sharding target = summed(rule.output);
+  Tensor out = target == rule.output ? product : redistribute(product, rule.output, target);
+  return annotated(out, target);
 }
 
 // Reductions, softmax and argmax: the reduced (or normalised) dimensions are made whole on every
@@ -304,10 +319,15 @@ Tensor ShardingPropagator::concatenate(const OpCall& call) const {
 Tensor ShardingPropagator::elementwise(const OpCall& call) const {
   int rank = 0;
   for (const Tensor& operand : call.operands) rank = std::max(rank, operand.rank());
+  // The op's rows: an unannotated operand with fewer (one, broadcast) is not an activation.
+  std::int64_t rows = 0;
+  for (const Tensor& operand : call.operands) {
+    if (operand.rank() == rank && rank >= 1) rows = std::max(rows, operand.dim(0));
+  }
   std::vector<Sharding> from;
   Shape global;
   for (const Tensor& operand : call.operands) {
-    from.push_back(operand_sharding(operand, rank));
+    from.push_back(operand_sharding(operand, rank, rows));
     global = from.size() == 1 ? from.back().global_shape()
                               : broadcast_shapes(global, from.back().global_shape(), call.name);
   }

@@ -20,15 +20,21 @@ namespace keras::distribution {
 
 class ShardingPropagator : public ShardedOpHandler {
  public:
-  // `context` must outlive the propagator; `layer_path` names the layer in what it reports.
-  ShardingPropagator(const ShardingContext& context, std::string layer_path);
+  // `context` must outlive the propagator; `layer_path` names the layer in what it reports;
+  // `output_layout` (the LayoutMap's "<path>/output", or null) is where a Partial product of the
+  // layer's shape is summed to: a reduce-scatter into it rather than an all-reduce and a cut.
+  ShardingPropagator(const ShardingContext& context, std::string layer_path,
+                     TensorLayoutPtr output_layout = nullptr);
   Tensor dispatch(const OpCall& call) const override;
 
  private:
   // How an operand lies: its annotation, or for an unannotated one, the data layout when it
-  // looks like an activation of an op whose output has rank `output_rank` (not a variable, the
-  // output's rank, more than one row), replicated otherwise (constants, broadcast operands).
-  Sharding operand_sharding(const Tensor& operand, int output_rank) const;
+  // looks like an activation of an op whose output has rank `output_rank` and `rows` rows (not
+  // a variable, of that rank, with those rows; rows < 0: any), replicated otherwise (constants,
+  // operands broadcast along the batch).
+  Sharding operand_sharding(const Tensor& operand, int output_rank, std::int64_t rows = -1) const;
+  // Where a product lying as `product` (Partial on some axes) is summed to.
+  Sharding summed(const Sharding& product) const;
   // One function per family of rules (the header comment of each in the .cpp says the rule).
   Tensor elementwise(const OpCall& call) const;
   Tensor contraction(const OpCall& call) const;
@@ -53,6 +59,7 @@ class ShardingPropagator : public ShardedOpHandler {
 
   const ShardingContext& context_;
   std::string layer_path_;
+  TensorLayoutPtr output_layout_;
 };
 
 // An op that got a sharded operand it has no rule for, whose operand was gathered first.

@@ -1,8 +1,9 @@
 // Dense: y = activation(x @ kernel + bias), kernel (input_dim, units), Keras defaults
-// (glorot_uniform kernel, zeros bias).
+// (glorot_uniform kernel, zeros bias). Written once, with ops: under ModelParallel its kernel's
+// and bias's splits are followed by the ops' rules (column- or row-parallel from the contraction
+// rule, the bias cut to the product's blocks), docs/ARCHITECTURE.md "Sharding at op dispatch".
 #pragma once
 #include "layers/activations.h"
-#include "distribution/sharded_tensor.h"
 #include "layers/layer.h"
 
 namespace keras::layers {
@@ -31,8 +32,7 @@ class Dense : public Layer {
   activations::ActivationFn activation_;
   DenseOptions options_;
   Tensor kernel_, bias_;
-  // Under ModelParallel: the contraction by the sharded rule, the bias added once.
-  Tensor call_sharded(const distribution::ShardingContext& context, const Tensor& inputs);
+  std::int64_t input_dim_ = 0;
 };
 
 }  // namespace keras::layers

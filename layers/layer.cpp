@@ -52,7 +52,7 @@ Tensor Layer::place_output(Tensor outputs, const distribution::ShardingContext* 
   Shape shape = outputs.shape();
   if (sharded) {
     std::string output_path = path() + "/output";
-    if (distribution::TensorLayoutPtr layout = sharded->active->get_tensor_layout(output_path)) {
+    if (distribution::TensorLayoutPtr layout = output_layout(*sharded)) {
       distribution::Sharding current = sharded->activation_sharding(outputs);
       distribution::Sharding target =
           sharded->activation_target(*layout, current, str("layer output '", output_path, "'"));
@@ -65,13 +65,17 @@ Tensor Layer::place_output(Tensor outputs, const distribution::ShardingContext* 
   return outputs;
 }
 
+distribution::TensorLayoutPtr Layer::output_layout(const distribution::ShardingContext& sharded) const {
+  return sharded.active->get_tensor_layout(path() + "/output");
+}
+
 Tensor Layer::run_call(const std::function<Tensor()>& body) {
   built_ = true;
   distribution::StepContext step_context;  // joins the trainer's, or resolves the sharding for this call
   const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
   Tensor outputs;
   if (sharded) {
-    distribution::ShardingPropagator propagator(*sharded, path());
+    distribution::ShardingPropagator propagator(*sharded, path(), output_layout(*sharded));
     ShardedOpScope sharded_ops(&propagator);
     outputs = body();
   } else {
@@ -98,7 +102,7 @@ Tensor Layer::operator()(const Tensor& inputs, bool training) {
   if (!sharded) return place_output(call(local, training), sharded);
   // Every op of call() on a sharded operand (this layer's sharded weights, a sharded activation)
   // goes through the propagator: it follows the op's rule or gathers (docs/ARCHITECTURE.md).
-  distribution::ShardingPropagator propagator(*sharded, path());
+  distribution::ShardingPropagator propagator(*sharded, path(), output_layout(*sharded));
   Tensor outputs;
   {
     ShardedOpScope sharded_ops(&propagator);
@@ -119,6 +123,11 @@ std::string Layer::class_name() const {
     upper = false;
   }
   return name;
+}
+
+Shape Layer::logical_shape(const Tensor& tensor) {
+  const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
+  return sharded ? sharded->logical_shape(tensor) : tensor.shape();
 }
 
 Shape Variable::global_shape() const {

@@ -14,6 +14,7 @@
 
 namespace keras::distribution {
 struct ShardingContext;
+class TensorLayout;
 }  // namespace keras::distribution
 
 namespace keras {
@@ -113,6 +114,10 @@ class Layer {
   }
   void track(const LayerPtr& layer);
   void check_built(const char* what) const;
+  // The shape of `tensor` as one process sees the whole of it: under ModelParallel the global
+  // shape but for the batch (this process's rows), the local shape otherwise. What a layer
+  // checks its inputs against (tensor.shape() is the local block's).
+  static Shape logical_shape(const Tensor& tensor);
   // For layers called with several inputs (MultiHeadAttention's query, value, key, mask): runs
   // `body` as operator() runs call() (the layer is then built), moves its output to the
   // LayoutMap's "<path>/output" layout when there is one and notes its shape. The body gets
@@ -124,6 +129,8 @@ class Layer {
   // its (global) shape.
   // (`sharded`: the step context's, null when the distribution does not engage the layers.)
   Tensor place_output(Tensor outputs, const distribution::ShardingContext* sharded);
+  // The LayoutMap's layout for "<path>/output", or null.
+  std::shared_ptr<distribution::TensorLayout> output_layout(const distribution::ShardingContext& sharded) const;
 
   std::string name_;
   std::string prefix_;
