@@ -1,12 +1,9 @@
 // EinsumDense layer (see the header): the equation checked once at construction, the weights'
-// shapes from the first input, Dense's sharded path with the equation's own labels.
+// shapes from the first input, the product an einsum whose sharding the contraction rule follows.
 #include "layers/einsum_dense.h"
 
 #include <algorithm>
 
-#include "distribution/step_context.h"
-#include "engine/op_dispatch.h"
-#include "layers/sharded_projection.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
 
@@ -148,6 +145,7 @@ void EinsumDense::build(const Shape& input_shape) {
                            "' or the output spec '", terms.output, "' of '", equation_, "'"));
     }
   }
+  kernel_shape_ = kernel_shape;
   kernel_ = add_weight("kernel", kernel_shape, options_.kernel_initializer);
   if (!options_.bias_axes.empty()) {
     // Keras' bias: from the first output dimension it names to the last, 1 where it is not named,
@@ -155,10 +153,8 @@ void EinsumDense::build(const Shape& input_shape) {
     std::size_t first = terms.output.size();
     for (char c : options_.bias_axes) first = std::min(first, terms.output.find(c));
     Shape bias_shape;
-    bias_dims_.clear();
     for (std::size_t d = first; d < terms.output.size(); ++d) {
       bias_shape.push_back(contains(options_.bias_axes, terms.output[d]) ? output[d] : 1);
-      bias_dims_.push_back(static_cast<int>(d));
     }
     bias_ = add_weight("bias", bias_shape, options_.bias_initializer);
   }
@@ -166,30 +162,19 @@ void EinsumDense::build(const Shape& input_shape) {
 
 Tensor EinsumDense::call(const Tensor& inputs_in, bool) {
   Tensor inputs = inputs_in.dtype() == kernel_.dtype() ? inputs_in : ops::cast(inputs_in, kernel_.dtype());
-  if (const distribution::ShardingContext* context = distribution::StepContext::sharding()) {
-    return call_sharded(*context, inputs);
-  }
-  Terms terms = terms_for(inputs.rank());
+  Shape shape = logical_shape(inputs);
+  Terms terms = terms_for(static_cast<int>(shape.size()));
   for (std::size_t d = 0; d < terms.x.size(); ++d) {
     auto at = terms.kernel.find(terms.x[d]);
-    if (at != std::string::npos && inputs.dim(static_cast<int>(d)) != kernel_.dim(static_cast<int>(at))) {
+    if (at != std::string::npos && shape[d] != kernel_shape_[at]) {
       throw ShapeError(str("EinsumDense '", name(), "' was built with a kernel of shape ",
-                           shape_to_string(kernel_.shape()), " ('", terms.kernel, "'), which does not fit "
-                           "inputs of shape ", shape_to_string(inputs.shape()), " ('", terms.x, "')"));
+                           shape_to_string(kernel_shape_), " ('", terms.kernel, "'), which does not fit "
+                           "inputs of shape ", shape_to_string(shape), " ('", terms.x, "')"));
     }
   }
   Tensor outputs = ops::einsum(terms.x + "," + terms.kernel + "->" + terms.output, inputs, kernel_);
   if (bias_.defined()) outputs = outputs + bias_;
   return activation_(outputs);
-}
-
-Tensor EinsumDense::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs) {
-  // Computes on local blocks itself (its sharded path predates the propagator): no handler.
-  ShardedOpScope local_blocks(nullptr);
-  Terms terms = terms_for(inputs.rank());
-  ShardedProjection projection{{terms.x, terms.kernel, terms.output}, kernel_, bias_, bias_dims_, path(),
-                               options_.activation, &activation_, {}, {}, {}, {}};
-  return sharded_projection(context, inputs, projection);
 }
 
 }  // namespace keras::layers

@@ -3,10 +3,10 @@
 // (batch, time, width) to (batch, time, heads, head_size)); the kernel's shape comes from x's
 // dimensions and from output_shape (the output's shape without its batch dimension, -1 where
 // x gives it, Keras' None); bias_axes names the output letters the bias spans. "..." may stand
-// for leading dimensions ("...b,bc->...c"). Under ModelParallel the kernel's layout picks the
-// contraction rule (column- or row-parallel, Megatron's pair for any kernel rank).
+// for leading dimensions ("...b,bc->...c"). Written once, with ops: under ModelParallel the
+// kernel's layout picks the contraction rule at dispatch (column- or row-parallel, Megatron's
+// pair for any kernel rank; docs/ARCHITECTURE.md, "Sharding at op dispatch").
 #pragma once
-#include "distribution/sharded_tensor.h"
 #include "layers/activations.h"
 #include "layers/layer.h"
 
@@ -38,7 +38,6 @@ class EinsumDense : public Layer {
     std::string x, kernel, output;
   };
   Terms terms_for(int rank) const;
-  Tensor call_sharded(const distribution::ShardingContext& context, const Tensor& inputs);
 
   std::string equation_;
   Shape output_shape_;
@@ -47,7 +46,7 @@ class EinsumDense : public Layer {
   std::string x_term_, kernel_term_, output_term_;  // as written, "..." kept
   bool elided_ = false;
   Tensor kernel_, bias_;
-  std::vector<int> bias_dims_;  // the output dimensions the bias lines up with
+  Shape kernel_shape_;  // whole, however the kernel is split
 };
 
 }  // namespace keras::layers

@@ -26,7 +26,6 @@ READS_DISTRIBUTION = {
 NOT_YET_MOVED = {
     "layers/basic_layers.h", "layers/basic_layers.cpp",            # Embedding, LayerNormalization, Dropout
     "layers/convolution_layers.h", "layers/convolution_layers.cpp",  # Conv2D
-    "layers/einsum_dense.h", "layers/einsum_dense.cpp",
     "layers/sharded_projection.h", "layers/sharded_projection.cpp",
     "layers/batch_normalization.cpp",        # synchronized statistics
     "layers/vocabulary_parallel_loss.cpp",   # logits split by class
