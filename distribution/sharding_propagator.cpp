@@ -154,6 +154,10 @@ Tensor ShardingPropagator::dispatch(const OpCall& call) const {
       return transpose(call);
     case OpFamily::concatenate:
       return concatenate(call);
+    case OpFamily::convolution:
+      return convolution(call);
+    case OpFamily::window:
+      return window(call);
     case OpFamily::other:
       break;
   }
@@ -177,15 +181,24 @@ std::vector<bool> ShardingPropagator::split_axes(const Sharding& output) const {
   return split;
 }
 
-Sharding ShardingPropagator::whole_along(Sharding sharding, const std::vector<int>& dims) const {
+Sharding ShardingPropagator::whole_along(Sharding sharding, const std::vector<int>& dims, bool keep_batch) const {
   for (int axis = 0; axis < context_.axes(); ++axis) {
     const Placement& placement = sharding.placement(axis);
-    if (axis == context_.batch_axis || !placement.is_shard()) continue;
+    if ((keep_batch && axis == context_.batch_axis) || !placement.is_shard()) continue;
     if (std::find(dims.begin(), dims.end(), placement.dim()) != dims.end()) {
       sharding = sharding.with(axis, Placement::replicate());
     }
   }
   return sharding;
+}
+
+Shape ShardingPropagator::global_shape_of(const Shape& local, const std::vector<Placement>& placements) const {
+  Shape global = local;
+  for (int axis = 0; axis < context_.axes(); ++axis) {
+    const Placement& placement = placements[static_cast<std::size_t>(axis)];
+    if (placement.is_shard()) global[static_cast<std::size_t>(placement.dim())] *= context_.mesh->shape()[static_cast<std::size_t>(axis)];
+  }
+  return global;
 }
 
 bool ShardingPropagator::batch_splits(const Sharding& sharding, const std::vector<int>& dims) const {
@@ -358,6 +371,53 @@ Tensor ShardingPropagator::elementwise(const OpCall& call) const {
     local.push_back(moved(call.operands[i], from[i], target, output_split));
   }
   return annotated(computed(call, local), output);
+}
+
+// conv (channels_last images, kernel (height, width, channels / groups, filters)) as the
+// contraction "byxi,hwio->byxo": a window spans rows and columns of the image, so those are
+// made whole (and the kernel's window dimensions); grouped channels too, since a process's
+// block of channels would not be whole groups. Column-parallel then splits the filters,
+// row-parallel sums the input channels' parts (Partial, summed as the contraction's).
+Tensor ShardingPropagator::convolution(const OpCall& call) const {
+  const Tensor& x = call.operands[0];
+  const Tensor& kernel = call.operands[1];
+  if (x.rank() != 4 || kernel.rank() != 4) return gathered(call);  // the op's own error
+  Sharding x_from = operand_sharding(x, 4);
+  Sharding kernel_from = sharding_of(kernel) ? operand_sharding(kernel, 4) : Sharding::replicated(context_.mesh, kernel.shape());
+  const bool grouped = x_from.global_shape()[3] != kernel_from.global_shape()[2];
+  Sharding x_target = whole_along(x_from, grouped ? std::vector<int>{1, 2, 3} : std::vector<int>{1, 2});
+  Sharding kernel_target =
+      whole_along(kernel_from, grouped ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 1}, /*keep_batch=*/false);
+  // (Grouped, the kernel is whole: it is given the input's channel count so that the labels agree.)
+  sharding_rules::OperationSharding rule =
+      sharding_rules::contraction({"byxi", "hwio", "byxo"}, x_target,
+                                  Sharding(context_.mesh, kernel_target.placements(),
+                                           {kernel_target.global_shape()[0], kernel_target.global_shape()[1],
+                                            x_target.global_shape()[3], kernel_target.global_shape()[3]}));
+  std::vector<bool> output_split = split_axes(rule.output);
+  std::vector<Tensor> local = {moved(x, x_from, rule.inputs[0], output_split),
+                               moved(kernel, kernel_from,
+                                     Sharding(context_.mesh, rule.inputs[1].placements(), kernel_from.global_shape()),
+                                     output_split)};
+  Tensor product = without_annotation(computed(call, local));
+  // The contraction's labels give the output the input's height and width; the op's stride and
+  // padding give it its own.
+  Sharding product_sharding(context_.mesh, rule.output.placements(),
+                            global_shape_of(product.shape(), rule.output.placements()));
+  Sharding target = summed(product_sharding);
+  Tensor out = target == product_sharding ? product : redistribute(product, product_sharding, target);
+  return annotated(out, target);
+}
+
+// max_pool and average_pool: every channel of every image on its own, a window over rows and
+// columns: those two made whole, the batch and channel splits kept.
+Tensor ShardingPropagator::window(const OpCall& call) const {
+  const Tensor& x = call.operands[0];
+  if (x.rank() != 4) return gathered(call);  // the op's own error
+  Sharding from = operand_sharding(x, 4);
+  Sharding target = whole_along(from, {1, 2});
+  Tensor out = computed(call, {moved(x, from, target, split_axes(target))});
+  return annotated(out, Sharding(context_.mesh, target.placements(), global_shape_of(out.shape(), target.placements())));
 }
 
 // No rule: variables gathered whole, activations to the data layout (the batch stays split),

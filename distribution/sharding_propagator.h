@@ -41,6 +41,8 @@ class ShardingPropagator : public ShardedOpHandler {
   Tensor along_axes(const OpCall& call) const;
   Tensor transpose(const OpCall& call) const;
   Tensor concatenate(const OpCall& call) const;
+  Tensor convolution(const OpCall& call) const;
+  Tensor window(const OpCall& call) const;
   Tensor gathered(const OpCall& call) const;
   // Runs the op on local blocks, with no handler installed.
   Tensor computed(const OpCall& call, const std::vector<Tensor>& local) const;
@@ -48,8 +50,11 @@ class ShardingPropagator : public ShardedOpHandler {
   Tensor annotated(Tensor out, const Sharding& sharding) const;
   // For each mesh axis, whether `output` is split there.
   std::vector<bool> split_axes(const Sharding& output) const;
-  // `sharding` with `dims` whole on every mesh axis but the batch axis.
-  Sharding whole_along(Sharding sharding, const std::vector<int>& dims) const;
+  // `sharding` with `dims` whole on every mesh axis but the batch axis (on it too for a
+  // variable: `keep_batch` false).
+  Sharding whole_along(Sharding sharding, const std::vector<int>& dims, bool keep_batch = true) const;
+  // The global shape of a block of `local` shape laid out as `placements`.
+  Shape global_shape_of(const Shape& local, const std::vector<Placement>& placements) const;
   // Whether the batch axis (of more than one device) splits one of `dims`.
   bool batch_splits(const Sharding& sharding, const std::vector<int>& dims) const;
   // `operand` (laid out as `from`) moved to `to` for an op whose output is split over the mesh

@@ -26,6 +26,8 @@ enum class OpFamily {
   along_axis,    // softmax, log_softmax, argmax, argmin: `axes` holds the one axis
   transpose,     // `axes` holds the permutation
   concatenate,   // `axes` holds the axis
+  convolution,   // conv over channels_last images: a contraction over the input channels
+  window,        // max_pool, average_pool: each channel of each image on its own
   other,         // no rule yet: the handler gathers the operands and says so
 };
 

@@ -3,13 +3,9 @@
 
 #include <cctype>
 
-#include "distribution/sharding_rules.h"
-#include "distribution/step_context.h"
 #include "engine/errors.h"
-#include "engine/op_dispatch.h"
 #include "engine/ops.h"
 #include "engine/window_geometry.h"
-#include "layers/sharded_projection.h"
 
 namespace keras::layers {
 namespace {
@@ -60,6 +56,7 @@ void Conv2D::build(const Shape& input_shape) {
                          "shape ", shape_to_string(input_shape)));
   }
   std::int64_t channels = input_shape[3];
+  channels_ = channels;
   if (channels % options_.groups != 0) {
     throw ValueError(str("Conv2D '", name(), "': the input's ", channels, " channels (shape ",
                          shape_to_string(input_shape), ") are not divisible by groups (", options_.groups, ")"));
@@ -75,53 +72,14 @@ Tensor Conv2D::convolve(const Tensor& inputs, const Tensor& kernel) const {
 }
 
 Tensor Conv2D::call(const Tensor& inputs, bool) {
-  if (const distribution::ShardingContext* context = distribution::StepContext::sharding()) {
-    return call_sharded(*context, inputs);
-  }
-  if (inputs.rank() != 4 || inputs.dim(3) != kernel_.dim(2) * options_.groups) {
-    throw ShapeError(str("Conv2D '", name(), "' was built for channels_last inputs with ",
-                         kernel_.dim(2) * options_.groups, " channels, got inputs of shape ",
-                         shape_to_string(inputs.shape())));
+  Shape shape = logical_shape(inputs);
+  if (shape.size() != 4 || shape[3] != channels_) {
+    throw ShapeError(str("Conv2D '", name(), "' was built for channels_last inputs with ", channels_,
+                         " channels, got inputs of shape ", shape_to_string(shape)));
   }
   Tensor outputs = convolve(inputs, kernel_);
   if (bias_.defined()) outputs = outputs + bias_;
   return activation_(outputs);
-}
-
-Tensor Conv2D::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs) {
-  // Computes on local blocks itself (its sharded path predates the propagator): no handler.
-  ShardedOpScope local_blocks(nullptr);
-  using distribution::Sharding;
-  Sharding x_sharding = context.activation_sharding(inputs);
-  const Shape& global = x_sharding.global_shape();
-  Shape kernel_shape = distribution::variable_sharding(kernel_, context.mesh).global_shape();
-  if (global.size() != 4 || global[3] != kernel_shape[2] * options_.groups) {
-    throw ShapeError(str("Conv2D '", name(), "' was built for channels_last inputs with ",
-                         kernel_shape[2] * options_.groups, " channels, got inputs laid out as ",
-                         x_sharding.to_string()));
-  }
-  WindowGeometry geometry = window_geometry(global, kernel_shape[0], kernel_shape[1], options_.strides,
-                                            parse_window_padding(options_.padding, "Conv2D"),
-                                            options_.dilation_rate, "Conv2D");
-  ShardedProjection projection;
-  projection.labels = {"byxi", "hwio", "byxo"};
-  projection.kernel = kernel_;
-  projection.bias = bias_;
-  projection.bias_dims = {3};
-  projection.layer_path = path();
-  projection.activation_name = options_.activation;
-  projection.activation = &activation_;
-  projection.product = [this](const Tensor& x, const Tensor& kernel) { return convolve(x, kernel); };
-  // A window spans rows and columns of the image, so these are gathered; grouped channels are
-  // too (a process's block of channels would not be whole groups).
-  projection.whole_input_dims = {1, 2};
-  projection.whole_kernel_dims = {0, 1};
-  if (options_.groups > 1) {
-    projection.whole_input_dims.push_back(3);
-    projection.whole_kernel_dims.insert(projection.whole_kernel_dims.end(), {2, 3});
-  }
-  projection.output_shape = {global[0], geometry.output_height, geometry.output_width, kernel_shape[3]};
-  return sharded_projection(context, inputs, projection);
 }
 
 MaxPooling2D::MaxPooling2D(std::vector<std::int64_t> pool_size, Pooling2DOptions options)

@@ -4,12 +4,13 @@
 // conv2d/bias). Under ModelParallel, Conv2D is a contraction over its input channels: a kernel
 // laid out (None, None, None, "model") splits the filters (column-parallel, the output split
 // by channels), and (None, None, "model", None) splits the input channels (row-parallel, the
-// per-process sums all-reduced), the conv analogue of Megatron's column/row pair.
+// per-process sums all-reduced), the conv analogue of Megatron's column/row pair. Conv2D is
+// written once, with ops: those forms are the conv op's rule at dispatch
+// (docs/ARCHITECTURE.md, "Sharding at op dispatch").
 #pragma once
 #include <string>
 #include <vector>
 
-#include "distribution/sharded_tensor.h"
 #include "layers/activations.h"
 #include "layers/layer.h"
 
@@ -44,8 +45,8 @@ class Conv2D : public Layer {
   Conv2DOptions options_;
   activations::ActivationFn activation_;
   Tensor kernel_, bias_;
+  std::int64_t channels_ = 0;  // the input channels it was built for
   Tensor convolve(const Tensor& inputs, const Tensor& kernel) const;
-  Tensor call_sharded(const distribution::ShardingContext& context, const Tensor& inputs);
 };
 
 struct Pooling2DOptions {

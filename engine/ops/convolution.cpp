@@ -34,7 +34,7 @@ Tensor conv(const Tensor& inputs, const Tensor& kernel, const std::vector<std::i
             const std::vector<std::int64_t>& dilation_rate) {
   check_channels_last(data_format, "conv");
   if (detail::goes_through_handler({&inputs, &kernel})) {
-    return detail::through_handler({"conv", OpFamily::other, {inputs, kernel},
+    return detail::through_handler({"conv", OpFamily::convolution, {inputs, kernel},
                                     [strides, padding, data_format, dilation_rate](const std::vector<Tensor>& local) { return conv(local[0], local[1], strides, padding, data_format, dilation_rate); }});
   }
   check_image_batch(inputs, "conv");
@@ -92,7 +92,7 @@ Tensor pool(PoolOp op, const Tensor& inputs, const std::vector<std::int64_t>& po
             const std::string& data_format, const char* name) {
   check_channels_last(data_format, name);
   if (detail::goes_through_handler({&inputs})) {
-    return detail::through_handler({name, OpFamily::other, {inputs},
+    return detail::through_handler({name, OpFamily::window, {inputs},
                                     [op, pool_size, strides, padding, data_format, name](const std::vector<Tensor>& local) {
                                       return pool(op, local[0], pool_size, strides, padding, data_format, name);
                                     }});

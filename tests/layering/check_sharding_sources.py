@@ -25,8 +25,6 @@ READS_DISTRIBUTION = {
 # Layer files that still compute on local blocks themselves, or issue collectives by hand.
 NOT_YET_MOVED = {
     "layers/basic_layers.h", "layers/basic_layers.cpp",            # Embedding, LayerNormalization, Dropout
-    "layers/convolution_layers.h", "layers/convolution_layers.cpp",  # Conv2D
-    "layers/sharded_projection.h", "layers/sharded_projection.cpp",
     "layers/batch_normalization.cpp",        # synchronized statistics
     "layers/vocabulary_parallel_loss.cpp",   # logits split by class
 }
