@@ -21,6 +21,7 @@
 #include "layers/dense.h"
 #include "layers/einsum_dense.h"
 #include "layers/multi_head_attention.h"
+#include "layers/prelu.h"
 #include "layers/model.h"
 #include "distribution/communicator.h"
 #include "distribution/device_mesh.h"

@@ -79,6 +79,25 @@ TEST_F(LayersTest, DenseComputesXKernelPlusBias) {
   expect_throw_with<ValueError>([] { layers::Dense(3, "swishy"); }, "unknown activation");
 }
 
+// keras.layers.PReLU: x where x > 0, alpha * x elsewhere, alpha per element of a sample (or
+// shared along shared_axes), zeros by default; named p_re_lu as Keras names it.
+TEST_F(LayersTest, PReLUScalesTheNegativePartByItsAlpha) {
+  layers::PReLUOptions options;
+  options.alpha_initializer = std::make_shared<initializers::Constant>(0.25);
+  layers::PReLU prelu(options);
+  Tensor out = prelu(Tensor::from_vector<float>({1, -2, -4, 3}, {2, 2}));
+  expect_close(out.to_vector<double>(), std::vector<double>{1, -0.5, -1, 3}, 1e-7, "prelu");
+  EXPECT_EQ(prelu.alpha().shape(), (Shape{2}));
+  EXPECT_EQ(prelu.name(), "p_re_lu");
+  layers::PReLU shared({.alpha_initializer = nullptr, .shared_axes = {1, 2}});
+  shared(Tensor::zeros({2, 3, 4, 5}));
+  EXPECT_EQ(shared.alpha().shape(), (Shape{1, 1, 5}));
+  EXPECT_EQ(shared.alpha().to_vector<double>(), std::vector<double>(5, 0.0)) << "Keras' default: zeros";
+  expect_throw_with<ValueError>([] { layers::PReLU({.shared_axes = {3}})(Tensor::zeros({2, 3})); },
+                                "shared axis 3 is out of range");
+  expect_throw_with<ShapeError>([&] { prelu(Tensor::zeros({2, 2, 2})); }, "built for inputs of rank 2");
+}
+
 TEST_F(LayersTest, EmbeddingFlattenReshapeActivation) {
   layers::Embedding embedding(5, 2, initializers::get("glorot_uniform"));
   Tensor rows = embedding(Tensor::from_vector<std::int64_t>({4, 0, 4}, {3}));

@@ -123,6 +123,20 @@ std::vector<Case> mlp_cases() {
        [] { return mlp(); }},
       {"bias_only", model_axis, [](kd::LayoutMap& map) { map[".*middle/bias"] = {"model"}; },
        [] { return mlp(); }},
+      {"prelu_alpha_split_with_its_activations", model_axis,
+       [](kd::LayoutMap& map) {
+         map[".*hidden/kernel"] = {std::nullopt, "model"};
+         map[".*p_re_lu/alpha"] = {"model"};
+         map[".*middle/kernel"] = {"model", std::nullopt};
+       },
+       [] {
+         layers::PReLUOptions slopes;
+         slopes.alpha_initializer = initializers::get("glorot_uniform");
+         return std::make_shared<Sequential>(
+             std::vector<AnyLayer>{layers::Dense(16, "", named("hidden")), layers::PReLU(slopes),
+                                   layers::Dense(8, "tanh", named("middle")), layers::Dense(4, "", named("head"))},
+             "mlp");
+       }},
       {"subclassed_model", model_axis,
        [](kd::LayoutMap& map) {
          map[".*up/kernel"] = {std::nullopt, "model"};
