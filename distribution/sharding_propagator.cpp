@@ -10,6 +10,7 @@
 #include "distribution/redistribute.h"
 #include "distribution/runtime.h"
 #include "distribution/sharding_rules.h"
+#include "engine/ops.h"
 
 namespace keras::distribution {
 namespace {
@@ -142,6 +143,8 @@ Sharding ShardingPropagator::summed(const Sharding& product) const {
 }
 
 Tensor ShardingPropagator::dispatch(const OpCall& call) const {
+  // Moving operands runs ops too (slices, transposes): on local blocks, with no handler.
+  ShardedOpScope local_blocks(nullptr);
   switch (call.family) {
     case OpFamily::elementwise:
       return elementwise(call);
@@ -165,8 +168,7 @@ Tensor ShardingPropagator::dispatch(const OpCall& call) const {
 }
 
 Tensor ShardingPropagator::computed(const OpCall& call, const std::vector<Tensor>& local) const {
-  ShardedOpScope local_blocks(nullptr);
-  return call.compute(local);
+  return call.compute(local);  // dispatch() installed no handler
 }
 
 Tensor ShardingPropagator::annotated(Tensor out, const Sharding& sharding) const {
@@ -250,11 +252,30 @@ Tensor ShardingPropagator::along_axes(const OpCall& call) const {
       dims.push_back(static_cast<int>(normal));
     }
   }
+  const std::string_view name = call.name;
+  if (call.family == OpFamily::reduction && (name == "sum" || name == "mean") && !batch_splits(from, dims)) {
+    // A sum over split dimensions is each process's sum of its block, summed over those axes
+    // (a mean the same, each block's mean weighted by its share): the operand stays split and
+    // only the (smaller) result travels.
+    Sharding partial = sharding_rules::reduction(from, dims, call.keepdims);
+    if (partial.has_partial()) {
+      Tensor out = without_annotation(computed(call, {x}));
+      if (name == "mean") {
+        double share = 1.0;
+        for (int axis = 0; axis < context_.axes(); ++axis) {
+          if (partial.placement(axis).is_partial()) share /= static_cast<double>(context_.mesh->shape()[static_cast<std::size_t>(axis)]);
+        }
+        out = out * share;
+      }
+      Sharding whole = sharding_rules::resolved(partial);
+      return annotated(redistribute(out, partial, whole), whole);
+    }
+  }
   Sharding target = whole_along(from, dims);
   Tensor local = moved(x, from, target, split_axes(target));
   Tensor out = computed(call, {local});
   if (batch_splits(target, dims)) return without_annotation(out);
-  if (call.family == OpFamily::along_axis && std::string_view(call.name).find("arg") == std::string_view::npos) {
+  if (call.family == OpFamily::along_axis && name.find("arg") == std::string_view::npos) {
     return annotated(out, target);  // softmax, log_softmax: the shape is kept
   }
   const bool keep = call.family == OpFamily::reduction && call.keepdims;

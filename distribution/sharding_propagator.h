@@ -44,7 +44,7 @@ class ShardingPropagator : public ShardedOpHandler {
   Tensor convolution(const OpCall& call) const;
   Tensor window(const OpCall& call) const;
   Tensor gathered(const OpCall& call) const;
-  // Runs the op on local blocks, with no handler installed.
+  // Runs the op on local blocks (dispatch() runs every rule with no handler installed).
   Tensor computed(const OpCall& call, const std::vector<Tensor>& local) const;
   // `out` annotated with `sharding` (left unannotated when that is the data layout).
   Tensor annotated(Tensor out, const Sharding& sharding) const;

@@ -166,6 +166,7 @@ LayerNormalization::LayerNormalization(double epsilon, bool center, bool scale,
 
 void LayerNormalization::build(const Shape& input_shape) {
   if (input_shape.empty()) throw ShapeError("LayerNormalization needs inputs of rank >= 1");
+  width_ = input_shape.back();
   if (scale_) gamma_ = add_weight("gamma", {input_shape.back()}, initializers::ones());
   if (center_) beta_ = add_weight("beta", {input_shape.back()}, initializers::zeros());
 }
@@ -173,9 +174,13 @@ void LayerNormalization::build(const Shape& input_shape) {
 Tensor LayerNormalization::call(const Tensor& inputs_in, bool) {
   // Computes in the weights' dtype (float32), as Dense does, whatever the input dtype.
   Tensor inputs = inputs_in.dtype() == float32 ? inputs_in : ops::cast(inputs_in, float32);
-  if (const distribution::ShardingContext* context = distribution::StepContext::sharding()) {
-    return call_sharded(*context, inputs);
+  Shape shape = logical_shape(inputs);
+  if (shape.empty() || shape.back() != width_) {
+    throw ShapeError(str("LayerNormalization '", name(), "' was built for a last dimension of ", width_,
+                         ", got inputs of shape ", shape_to_string(shape)));
   }
+  // Under ModelParallel with the features split, the row statistics are each process's sums
+  // summed (the reduction rule), and the normalisation stays split.
   Tensor mean = ops::mean(inputs, {-1}, /*keepdims=*/true);
   Tensor centered = inputs - mean;
   Tensor variance = ops::mean(ops::square(centered), {-1}, /*keepdims=*/true);
@@ -183,44 +188,6 @@ Tensor LayerNormalization::call(const Tensor& inputs_in, bool) {
   if (gamma_.defined()) outputs = outputs * gamma_;
   if (beta_.defined()) outputs = outputs + beta_;
   return outputs;
-}
-
-}  // namespace keras::layers
-
-namespace keras::layers {
-
-Tensor LayerNormalization::call_sharded(const distribution::ShardingContext& context,
-                                        const Tensor& inputs) {
-  // Computes on local blocks itself (its sharded path predates the propagator): no handler.
-  ShardedOpScope local_blocks(nullptr);
-  namespace rules = distribution::sharding_rules;
-  using distribution::Sharding;
-  Sharding sharding = context.activation_sharding(inputs);
-  const int last = static_cast<int>(sharding.global_shape().size()) - 1;
-  const double width = static_cast<double>(sharding.global_shape().back());
-  // Row statistics over the whole last axis: a row sum is partial where a mesh axis splits
-  // that axis; summed, it is replicated there and used against the local columns, so the
-  // gradients flowing back into it are summed too (operand()).
-  const Sharding partial_sums = rules::reduction(sharding, {last}, /*keep_dims=*/true);
-  const Sharding sums_sharding = rules::resolved(partial_sums);
-  auto row_mean = [&](const Tensor& values) {
-    Tensor sums = ops::sum(values, {-1}, /*keepdims=*/true);
-    sums.set_annotation(nullptr);
-    sums = distribution::redistribute(sums, partial_sums, sums_sharding);
-    sums = context.operand(sums, sums_sharding, sums_sharding, sharding);
-    return sums * (1.0 / width);
-  };
-  Tensor centered = inputs - row_mean(inputs);
-  Tensor outputs = centered * ops::rsqrt(row_mean(ops::square(centered)) + epsilon_);
-  auto aligned = [&](const Tensor& variable) {
-    Sharding from = distribution::variable_sharding(variable, context.mesh);
-    return context.operand(variable, from, rules::broadcast(sharding, from, {last}).inputs[1], sharding);
-  };
-  outputs.set_annotation(nullptr);
-  if (gamma_.defined()) outputs = outputs * aligned(gamma_);
-  if (beta_.defined()) outputs = outputs + aligned(beta_);
-  outputs.set_annotation(nullptr);
-  return distribution::with_sharding(outputs, sharding);
 }
 
 }  // namespace keras::layers
@@ -312,13 +279,14 @@ RMSNormalization::RMSNormalization(double epsilon, const std::string& name)
 
 void RMSNormalization::build(const Shape& input_shape) {
   if (input_shape.empty()) throw ShapeError("RMSNormalization needs inputs of rank >= 1");
+  width_ = input_shape.back();
   scale_ = add_weight("scale", {input_shape.back()}, initializers::ones());
 }
 
 Tensor RMSNormalization::call(const Tensor& inputs_in, bool) {
   Tensor inputs = inputs_in.dtype() == scale_.dtype() ? inputs_in : ops::cast(inputs_in, scale_.dtype());
-  if (inputs.rank() == 0 || inputs.shape().back() != scale_.dim(0)) {
-    throw ShapeError(str("RMSNormalization '", name(), "' was built for a last dimension of ", scale_.dim(0),
+  if (inputs.rank() == 0 || inputs.shape().back() != width_) {
+    throw ShapeError(str("RMSNormalization '", name(), "' was built for a last dimension of ", width_,
                          ", got inputs of shape ", shape_to_string(inputs.shape())));
   }
   Tensor mean_square = ops::mean(ops::square(inputs), {-1}, /*keepdims=*/true);

@@ -148,8 +148,8 @@ class LayerNormalization : public Layer {
  private:
   double epsilon_;
   bool center_, scale_;
+  std::int64_t width_ = 0;  // the last dimension it was built for
   Tensor gamma_, beta_;
-  Tensor call_sharded(const distribution::ShardingContext& context, const Tensor& inputs);
 };
 
 // keras_hub.layers.PositionEmbedding: a learned (sequence_length, features) table whose first T
@@ -181,6 +181,7 @@ class RMSNormalization : public Layer {
 
  private:
   double epsilon_;
+  std::int64_t width_ = 0;  // the last dimension it was built for
   Tensor scale_;
 };
 
