@@ -161,6 +161,8 @@ Tensor ShardingPropagator::dispatch(const OpCall& call) const {
       return convolution(call);
     case OpFamily::window:
       return window(call);
+    case OpFamily::lookup:
+      return lookup(call);
     case OpFamily::other:
       break;
   }
@@ -439,6 +441,43 @@ Tensor ShardingPropagator::window(const OpCall& call) const {
   Sharding target = whole_along(from, {1, 2});
   Tensor out = computed(call, {moved(x, from, target, split_axes(target))});
   return annotated(out, Sharding(context_.mesh, target.placements(), global_shape_of(out.shape(), target.placements())));
+}
+
+// take(table, indices, 0) of a (rows, features) table by sharding_rules::lookup: the table is
+// whole where the indices differ between processes; split by features, the output is split
+// the same way; split by rows, each process looks up the rows it holds (the others as row 0,
+// zeroed) and the Partial output is summed, which adds the one process's row that holds each
+// index.
+Tensor ShardingPropagator::lookup(const OpCall& call) const {
+  const Tensor& table = call.operands[0];
+  const Tensor& indices = call.operands[1];
+  const std::int64_t axis = call.axes.empty() ? 0 : call.axes[0];
+  if (table.rank() != 2 || (axis != 0 && axis != -2)) return gathered(call);
+  Sharding index_from = operand_sharding(indices, indices.rank());
+  Sharding table_from = sharding_of(table) ? operand_sharding(table, 2) : Sharding::replicated(context_.mesh, table.shape());
+  sharding_rules::OperationSharding rule = sharding_rules::lookup(index_from, table_from);
+  const Sharding& wanted = rule.inputs[1];
+  std::vector<bool> output_split = split_axes(rule.output);
+  Tensor local_table = moved(table, table_from, wanted, output_split);
+  Tensor looked_up;
+  if (wanted.axis_sharding(0) < 0) {
+    looked_up = computed(call, {local_table, indices});
+  } else {
+    // Built on the table's device, so that a step on a GPU does not wait to read its indices.
+    auto [starts, sizes] = wanted.block(context_.coordinates);
+    Device device = local_table.device();
+    Tensor global_indices = ops::cast(indices.to(device), int64);
+    Tensor first = Tensor::full({}, static_cast<double>(starts[0]), int64, device);
+    Tensor past_last = Tensor::full({}, static_cast<double>(starts[0] + sizes[0]), int64, device);
+    Tensor held = ops::logical_and(ops::greater_equal(global_indices, first), ops::less(global_indices, past_last));
+    Tensor local_indices = ops::where(held, global_indices - first, Tensor::zeros({}, int64, device));
+    Tensor mask = ops::expand_dims(ops::cast(held, local_table.dtype()), -1);
+    looked_up = computed(call, {local_table, local_indices}) * mask;
+  }
+  looked_up = without_annotation(looked_up);
+  Sharding target = summed(rule.output);
+  Tensor out = target == rule.output ? looked_up : redistribute(looked_up, rule.output, target);
+  return annotated(out, target);
 }
 
 // No rule: variables gathered whole, activations to the data layout (the batch stays split),

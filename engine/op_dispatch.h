@@ -28,6 +28,7 @@ enum class OpFamily {
   concatenate,   // `axes` holds the axis
   convolution,   // conv over channels_last images: a contraction over the input channels
   window,        // max_pool, average_pool: each channel of each image on its own
+  lookup,        // take: rows of a table (operand 0) picked by indices (operand 1); `axes` the axis
   other,         // no rule yet: the handler gathers the operands and says so
 };
 

@@ -1,7 +1,6 @@
 // Activation, Dropout, Flatten, Reshape, Embedding, LayerNormalization.
 #include "layers/basic_layers.h"
 
-#include "distribution/sharding_rules.h"
 #include "distribution/step_context.h"
 #include "engine/errors.h"
 #include "engine/op_dispatch.h"
@@ -121,41 +120,8 @@ Tensor Embedding::call(const Tensor& inputs, bool) {
   ops::check_indices(inputs, 0, input_dim_,
                      str("Embedding '", name(), "': index {} is out of range; expected indices in [0, ",
                          input_dim_, ")"));
-  const distribution::ShardingContext* context = distribution::StepContext::sharding();
-  if (!context) return ops::take(embeddings_, inputs, 0);
-  return call_sharded(*context, inputs);
-}
-
-Tensor Embedding::call_sharded(const distribution::ShardingContext& context, const Tensor& inputs) {
-  // Computes on local blocks itself (its sharded path predates the propagator): no handler.
-  ShardedOpScope local_blocks(nullptr);
-  namespace rules = distribution::sharding_rules;
-  using distribution::Sharding;
-  Sharding index_sharding = context.activation_sharding(inputs);
-  Sharding table = distribution::variable_sharding(embeddings_, context.mesh);
-  rules::OperationSharding rule = rules::lookup(index_sharding, table);
-  const Sharding& wanted = rule.inputs[1];
-  Tensor local_table = context.operand(embeddings_, table, wanted, rule.output);
-  Tensor looked_up;
-  if (wanted.axis_sharding(0) < 0) {
-    looked_up = ops::take(local_table, inputs, 0);
-  } else {
-    // Split by rows: rows held elsewhere are looked up as row 0 and zeroed, and summing the
-    // partial output adds the one process's row that holds each index. Built on the table's
-    // device, so a step on a GPU does not wait to read its indices.
-    auto [starts, sizes] = wanted.block(context.coordinates);
-    Device device = local_table.device();
-    Tensor indices = ops::cast(inputs.to(device), int64);
-    Tensor first = Tensor::full({}, static_cast<double>(starts[0]), int64, device);
-    Tensor past_last = Tensor::full({}, static_cast<double>(starts[0] + sizes[0]), int64, device);
-    Tensor held = ops::logical_and(ops::greater_equal(indices, first), ops::less(indices, past_last));
-    Tensor local_indices = ops::where(held, indices - first, Tensor::zeros({}, int64, device));
-    Tensor mask = ops::expand_dims(ops::cast(held, local_table.dtype()), -1);
-    looked_up = ops::take(local_table, local_indices, 0) * mask;
-  }
-  looked_up.set_annotation(nullptr);
-  Sharding whole = rules::resolved(rule.output);
-  return distribution::with_sharding(distribution::redistribute(looked_up, rule.output, whole), whole);
+  // Under ModelParallel the table's split is the lookup rule's (take at dispatch).
+  return ops::take(embeddings_, inputs, 0);
 }
 
 LayerNormalization::LayerNormalization(double epsilon, bool center, bool scale,

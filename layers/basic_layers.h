@@ -130,7 +130,6 @@ class Embedding : public Layer {
   std::int64_t input_dim_, output_dim_;
   initializers::InitializerPtr initializer_;
   Tensor embeddings_;
-  Tensor call_sharded(const distribution::ShardingContext& context, const Tensor& inputs);
 };
 
 // Normalises over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta. Under

@@ -243,8 +243,9 @@ Tensor take(const Tensor& x, const Tensor& indices, std::int64_t axis_in) {
   detail::check_defined(x, "take", "x");
   detail::check_defined(indices, "take", "indices");
   if (detail::goes_through_handler({&x, &indices})) {
-    return detail::through_handler({"take", OpFamily::other, {x, indices},
-                                    [axis_in](const std::vector<Tensor>& local) { return take(local[0], local[1], axis_in); }});
+    return detail::through_handler({"take", OpFamily::lookup, {x, indices},
+                                    [axis_in](const std::vector<Tensor>& local) { return take(local[0], local[1], axis_in); },
+                                    {axis_in}});
   }
   detail::check_same_device(x, indices, "take");
   if (x.rank() == 0) throw ValueError("take: cannot index a scalar");
