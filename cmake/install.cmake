@@ -12,7 +12,7 @@ install(TARGETS keras_distribution EXPORT kerasDistributionTargets
 install(TARGETS keras_layers keras EXPORT kerasLayersTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # The public headers; the backends' own headers (engine/cpu/, engine/cuda/, engine/no_gpu/)
 # need Eigen or CUDA and are internal.
-foreach(folder engine distribution layers io)
+foreach(folder engine distribution layers training saving io)
   install(DIRECTORY ${folder}/ DESTINATION ${KERAS_INSTALL_INCLUDE_DIR}/${folder}
           FILES_MATCHING PATTERN "*.h" PATTERN "cpu" EXCLUDE PATTERN "cuda" EXCLUDE
           PATTERN "no_gpu" EXCLUDE)

@@ -5,7 +5,7 @@
 #include "engine/errors.h"
 #include "engine/op_dispatch.h"
 #include "engine/ops.h"
-#include "layers/batch_shard.h"
+#include "distribution/batch_shard.h"
 
 namespace keras::layers {
 

@@ -4,7 +4,7 @@
 #include "distribution/redistribute.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
-#include "layers/batch_shard.h"
+#include "distribution/batch_shard.h"
 
 namespace keras::layers {
 

@@ -1,8 +1,10 @@
-"""The build targets mirror the tiers of docs/ARCHITECTURE.md: engine <- distribution <- layers (with io).
+"""The build targets mirror the tiers of docs/ARCHITECTURE.md: engine <- distribution <- layers <- training
+and saving (with io).
 
 Checks, from the sources and from the build:
   1. includes: engine/ includes only engine/; io/ only engine/ and io/; distribution/ only
-     engine/ and distribution/ (layers/ may include anything of ours);
+     engine/ and distribution/; layers/ nothing of training/ or saving/ (which may include
+     anything of ours);
   2. what keras_engine links (its LINK_LIBRARIES and INTERFACE_LINK_LIBRARIES, written by
      CMake at generate time) names no MPI, Gloo or NCCL library;
   3. the engine-only program loads no MPI, Gloo or NCCL shared library (readelf -d NEEDED).
@@ -19,6 +21,9 @@ ALLOWED = {
     "io": {"engine", "io"},
     "distribution": {"engine", "distribution"},
     "layers": {"engine", "distribution", "layers", "io"},
+    # A model is trained (training/) and saved (saving/); each needs the other.
+    "training": {"engine", "distribution", "layers", "io", "training", "saving"},
+    "saving": {"engine", "distribution", "layers", "io", "training", "saving"},
 }
 FORBIDDEN_IN_ENGINE = re.compile(r"mpi|gloo|nccl", re.IGNORECASE)
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)

@@ -4,11 +4,12 @@ distribution (docs/ARCHITECTURE.md, "Sharding at op dispatch" and "The life of a
 Checks, from the sources:
   1. ShardingContext::current() is called only by the step context (distribution/step_context.cpp);
      layers and rules read StepContext::sharding();
-  2. the global distribution() is read in layers/ only where a whole fit, a variable's creation or
-     a report needs it (READS_DISTRIBUTION), never per layer call;
-  3. no layer file has a sharded path of its own (call_sharded) or calls a communicator, except
-     the ones listed in NOT_YET_MOVED, which is to shrink to nothing: a file added to layers/ with
-     either fails here.
+  2. the global distribution() is read in layers/ and training/ only where a variable's creation
+     or a report needs it (READS_DISTRIBUTION), never per layer call (the trainer's batch shards
+     read it in distribution/batch_shard.cpp, once per fit);
+  3. no file of layers/ or training/ has a sharded path of its own (call_sharded) or calls a
+     communicator, except the trainer's (TRAINING_AND_SAVING) and the ones listed in
+     NOT_YET_MOVED, which is to shrink to nothing: a file added with either fails here.
 
 usage: check_sharding_sources.py SOURCE_DIR
 """
@@ -17,22 +18,21 @@ import re
 import sys
 
 READS_DISTRIBUTION = {
-    "layers/batch_shard.cpp",        # the trainer's data shards, once per fit / evaluate
-    "layers/variable_creation.cpp",  # a variable's layout, once at its creation
-    "layers/model_summary.cpp",      # summary() and fit()'s plan warnings
-    "layers/layer.cpp",              # clear_session() resets it
+    "layers/variable_creation.cpp",   # a variable's layout, once at its creation
+    "layers/layer.cpp",               # clear_session() resets it
+    "training/model_summary.cpp",     # summary() and fit()'s plan warnings
 }
 # Layer files that still compute on local blocks themselves, or issue collectives by hand.
 NOT_YET_MOVED = {
     "layers/basic_layers.cpp",               # Dropout draws its block of the mask itself
     "layers/multi_head_attention.cpp",       # dot-product attention moves q, k, v by its rule itself
     "layers/batch_normalization.cpp",        # synchronized statistics
-    "layers/vocabulary_parallel_loss.cpp",   # logits split by class
+    "training/vocabulary_parallel_loss.cpp", # logits split by class
 }
-# Files of layers/ that are the trainer's or the files' business, where collectives belong.
+# Where collectives belong besides redistribute(): the trainer's sums and the files' agreement.
 TRAINING_AND_SAVING = {
-    "layers/batch_shard.cpp", "layers/batch_shard.h", "layers/backup_and_restore.cpp",
-    "layers/checkpoint_files.cpp", "layers/trainer.cpp", "layers/model.h", "layers/model.cpp",
+    "training/trainer.cpp", "training/model.h", "training/model.cpp",
+    "training/backup_and_restore.cpp", "training/model_summary.cpp",
 }
 
 CURRENT = re.compile(r"ShardingContext::current\(\)")
@@ -60,14 +60,14 @@ def sources(source_dir, folders):
 def main():
     source_dir = sys.argv[1]
     problems = []
-    for relative, path in sources(source_dir, ["engine", "distribution", "layers", "io"]):
+    for relative, path in sources(source_dir, ["engine", "distribution", "layers", "training", "saving", "io"]):
         for number, code in code_lines(path):
             where = f"{relative}:{number}"
             if CURRENT.search(code) and relative not in ("distribution/step_context.cpp",
                                                          "distribution/sharded_tensor.cpp",
                                                          "distribution/sharded_tensor.h"):
                 problems.append(f"{where} calls ShardingContext::current(); read StepContext::sharding()")
-            if not relative.startswith("layers/"):
+            if not relative.startswith(("layers/", "training/")):
                 continue
             if DISTRIBUTION_READ.search(code) and relative not in READS_DISTRIBUTION:
                 problems.append(f"{where} reads the global distribution(); read the step context")

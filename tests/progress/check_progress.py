@@ -1,4 +1,4 @@
-"""Progress output fits where it goes (layers/progress_output.h), checked on real terminals:
+"""Progress output fits where it goes (training/progress_output.h), checked on real terminals:
 
   terminal         the program on a pseudo-terminal: a bar redrawn in place (escape codes)
   pipe             its output piped to a file: one line per epoch, no escape codes

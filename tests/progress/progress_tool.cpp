@@ -1,6 +1,6 @@
 // Trains 2 short epochs with fit()'s default verbose="auto", for check_progress.py to look at
 // what reaches the output: a bar redrawn in place on a terminal, one line per epoch elsewhere
-// (layers/progress_output.h). `--verbose N` passes an explicit level instead.
+// (training/progress_output.h). `--verbose N` passes an explicit level instead.
 #include <cstdio>
 #include <cstdlib>
 #include <string>

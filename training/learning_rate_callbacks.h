@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "layers/callbacks.h"
+#include "training/callbacks.h"
 
 namespace keras {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <variant>
 
-#include "layers/callbacks.h"
+#include "training/callbacks.h"
 
 namespace keras {
 

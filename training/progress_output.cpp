@@ -1,5 +1,5 @@
 // The terminal test behind verbose="auto" and the progress bar (see the header for the rule).
-#include "layers/progress_output.h"
+#include "training/progress_output.h"
 
 #include <unistd.h>
 

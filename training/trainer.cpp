@@ -1,6 +1,6 @@
 // Trainer: fit's epochs and batches with resume and callbacks, the optimisation step and its
 // gradient collectives, evaluate's and predict's batch loops, and the logs read across processes.
-#include "layers/trainer.h"
+#include "training/trainer.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -12,14 +12,14 @@
 #include "distribution/redistribute.h"
 #include "distribution/runtime.h"
 #include "distribution/step_context.h"
-#include "layers/vocabulary_parallel_loss.h"
+#include "training/vocabulary_parallel_loss.h"
 #include "distribution/sharded_tensor.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
-#include "layers/batch_shard.h"
-#include "layers/batch_shard.h"
-#include "layers/model_summary.h"
-#include "layers/progress_bar.h"
+#include "distribution/batch_shard.h"
+#include "distribution/batch_shard.h"
+#include "training/model_summary.h"
+#include "training/progress_bar.h"
 
 namespace keras {
 namespace {

@@ -13,12 +13,12 @@
 #include "distribution/collective_log.h"
 #include "engine/losses.h"
 #include "engine/optimizers.h"
-#include "layers/callbacks.h"
+#include "training/callbacks.h"
 #include "layers/layer.h"
-#include "layers/batch_shard.h"
-#include "layers/metrics.h"
-#include "layers/progress_output.h"
-#include "layers/training_position.h"
+#include "distribution/batch_shard.h"
+#include "training/metrics.h"
+#include "training/progress_output.h"
+#include "training/training_position.h"
 
 namespace keras::distribution {
 class GradientReducer;
@@ -53,7 +53,7 @@ struct FitOptions {
   ValidationData validation_data = {};
   std::vector<CallbackPtr> callbacks = {};
   // "auto" (the default): a bar on a terminal, one line per epoch otherwise (the rule and
-  // the KERAS_PROGRESS flag are in layers/progress_output.h); 0 silent; 1 bar; 2 epoch lines.
+  // the KERAS_PROGRESS flag are in training/progress_output.h); 0 silent; 1 bar; 2 epoch lines.
   Verbose verbose = "auto";
   std::int64_t validation_batch_size = 0;  // 0: same as batch_size
 };
@@ -91,7 +91,7 @@ class Model : public Layer {
   // One optimisation step on one batch; returns the batch loss.
   double train_on_batch(const Tensor& x, const Tensor& y);
 
-  // Keras' summary table and, under a distribution, the sharding plan (layers/model_summary.h).
+  // Keras' summary table and, under a distribution, the sharding plan (training/model_summary.h).
   // Printed by process 0; every process may call it.
   void summary();
   std::string summary_text();
@@ -125,7 +125,7 @@ class Model : public Layer {
   optimizers::Optimizer& optimizer();
 
  private:
-  // The loops of fit, evaluate, predict and train_on_batch (layers/trainer.h) run on this state.
+  // The loops of fit, evaluate, predict and train_on_batch (training/trainer.h) run on this state.
   friend class Trainer;
   void check_compiled(const char* what) const;
 

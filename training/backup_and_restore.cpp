@@ -1,5 +1,5 @@
 // BackupAndRestore: what a backup holds, how it is written and read back (see the header).
-#include "layers/backup_and_restore.h"
+#include "training/backup_and_restore.h"
 
 #include <cinttypes>
 #include <cmath>
@@ -17,9 +17,9 @@
 #include "distribution/shared_outcome.h"
 #include "engine/errors.h"
 #include "engine/random.h"
-#include "layers/checkpoint_files.h"
-#include "layers/model.h"
-#include "layers/weight_files.h"
+#include "saving/checkpoint_files.h"
+#include "training/model.h"
+#include "saving/weight_files.h"
 
 namespace keras {
 namespace {

@@ -1,5 +1,5 @@
 // Metric updates (computed outside autograd).
-#include "layers/metrics.h"
+#include "training/metrics.h"
 
 #include "engine/errors.h"
 #include "engine/ops.h"

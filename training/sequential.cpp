@@ -1,6 +1,6 @@
 // Sequential: calls its layers in order.
 #include "engine/errors.h"
-#include "layers/model.h"
+#include "training/model.h"
 
 namespace keras {
 

@@ -1,6 +1,6 @@
 // TrainingPosition: what a saved position must agree on with the run that resumes it, and the
 // shuffling generator's state as text.
-#include "layers/training_position.h"
+#include "training/training_position.h"
 
 #include <cmath>
 #include <sstream>

@@ -1,15 +1,15 @@
-// The Model API: compile, the entry points of training (handed to layers/trainer.h) and of
-// weight files (layers/weight_files.h), summaries, the optimizer and its state.
-#include "layers/model.h"
+// The Model API: compile, the entry points of training (handed to training/trainer.h) and of
+// weight files (saving/weight_files.h), summaries, the optimizer and its state.
+#include "training/model.h"
 
 #include <cstdio>
 
 #include "distribution/gradient_reducer.h"
 #include "distribution/runtime.h"
 #include "engine/errors.h"
-#include "layers/model_summary.h"
-#include "layers/trainer.h"
-#include "layers/weight_files.h"
+#include "training/model_summary.h"
+#include "training/trainer.h"
+#include "saving/weight_files.h"
 
 namespace keras {
 

@@ -21,7 +21,7 @@ bool has_weights_suffix(const std::string& path);
 void check_file_name(const std::string& path, const char* what);
 
 // save_weights and load_weights once the file name and the model are checked: full tensors
-// whatever the distribution (layers/checkpoint_files.h).
+// whatever the distribution (saving/checkpoint_files.h).
 void save(Model& model, const std::string& path);
 void load(Model& model, const std::string& path);
 

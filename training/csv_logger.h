@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "layers/callbacks.h"
+#include "training/callbacks.h"
 
 namespace keras {
 

@@ -1,9 +1,9 @@
 // Progress bar rendering.
-#include "layers/progress_bar.h"
+#include "training/progress_bar.h"
 
 #include <cmath>
 
-#include "layers/progress_output.h"
+#include "training/progress_output.h"
 
 namespace keras {
 

@@ -1,5 +1,5 @@
-// This process's shard of the global batch (layers/batch_shard.h).
-#include "layers/batch_shard.h"
+// This process's shard of the global batch (distribution/batch_shard.h).
+#include "distribution/batch_shard.h"
 
 #include "distribution/runtime.h"
 #include "distribution/sharded_tensor.h"

@@ -1,13 +1,13 @@
 // LearningRateScheduler and ReduceLROnPlateau, following keras/src/callbacks/ line by line in
 // their rules (when a reduction happens, cooldown, min_lr, the messages they print).
-#include "layers/learning_rate_callbacks.h"
+#include "training/learning_rate_callbacks.h"
 
 #include <cmath>
 #include <cstdio>
 
 #include "distribution/runtime.h"
 #include "engine/errors.h"
-#include "layers/model.h"
+#include "training/model.h"
 
 namespace keras {
 

@@ -1,13 +1,13 @@
 // Weight files: the checks on a file's name and tensors, and save_weights / load_weights.
-#include "layers/weight_files.h"
+#include "saving/weight_files.h"
 
 #include <utility>
 
 #include "distribution/sharded_tensor.h"
 #include "engine/errors.h"
 #include "io/safetensors.h"
-#include "layers/checkpoint_files.h"
-#include "layers/model.h"
+#include "saving/checkpoint_files.h"
+#include "training/model.h"
 
 namespace keras::weight_files {
 namespace {

@@ -1,5 +1,5 @@
 // EarlyStopping, ModelCheckpoint and TerminateOnNaN.
-#include "layers/callbacks.h"
+#include "training/callbacks.h"
 
 #include <cmath>
 #include <cstdio>
@@ -7,8 +7,8 @@
 
 #include "engine/errors.h"
 #include "distribution/runtime.h"
-#include "layers/model.h"
-#include "layers/weight_files.h"
+#include "training/model.h"
+#include "saving/weight_files.h"
 
 namespace keras {
 

@@ -1,5 +1,5 @@
 // Vocabulary-parallel cross-entropy (see the header).
-#include "layers/vocabulary_parallel_loss.h"
+#include "training/vocabulary_parallel_loss.h"
 
 #include "distribution/redistribute.h"
 #include "distribution/sharded_tensor.h"

@@ -1,5 +1,5 @@
 // Gathering, slicing and writing full tensors for the files of the trainer and its callbacks.
-#include "layers/checkpoint_files.h"
+#include "saving/checkpoint_files.h"
 
 #include <exception>
 #include <optional>

@@ -1,7 +1,7 @@
 // Keras-style progress output for fit/evaluate. On a terminal one line is redrawn in place:
 //   123/469 ━━━━━╸━━━━━━━━━━━━━━ 1s 5ms/step - ETA 2s - accuracy: 0.8012 - loss: 0.5634
 // When output does not reach a terminal (a log file, CI, mpirun's output redirected: see
-// layers/progress_output.h), only the finished line of each epoch is printed, so logs stay
+// training/progress_output.h), only the finished line of each epoch is printed, so logs stay
 // readable.
 #pragma once
 #include <chrono>

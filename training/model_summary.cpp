@@ -1,5 +1,5 @@
 // model.summary() and the plan's warnings (see the header).
-#include "layers/model_summary.h"
+#include "training/model_summary.h"
 
 #include <cstdio>
 
@@ -8,7 +8,7 @@
 #include "distribution/sharded_tensor.h"
 #include "distribution/sharding_propagator.h"
 #include "engine/errors.h"
-#include "layers/model.h"
+#include "training/model.h"
 
 namespace keras {
 namespace {

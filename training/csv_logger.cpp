@@ -2,7 +2,7 @@
 // val_ twins of each when validation has not run yet), "NA" for a key an epoch lacks, values
 // as the shortest text that reads back to the same double (std::to_chars: "1" and "1e-04"
 // where Python would write "1.0" and "0.0001"; both read back to the same double).
-#include "layers/csv_logger.h"
+#include "training/csv_logger.h"
 
 #include <charconv>
 #include <cmath>
