@@ -31,10 +31,14 @@ void note_gathered(GatheredOperation operation) {
   gathered_list().push_back(std::move(operation));
 }
 
-// A Partial sharding summed to replicated on those axes (annotations never hold Partial, but a
-// rule must not trust that blindly).
-Sharding without_partial(const Sharding& sharding) {
-  return sharding.has_partial() ? sharding_rules::resolved(sharding) : sharding;
+// Annotations never hold Partial (every rule sums its Partial results before annotating); one
+// that did would be summands read as whole values: said, never computed on.
+Sharding checked_annotation(const Sharding& sharding) {
+  if (sharding.has_partial()) {
+    throw ValueError(str("a tensor annotated as ", sharding.to_string(), " reached an op: annotations hold ",
+                         "no Partial placement (it must be summed with redistribute() first)"));
+  }
+  return sharding;
 }
 
 // Variables are the named tensors (Layer::add_weight names them by their path).
@@ -116,7 +120,7 @@ ShardingPropagator::ShardingPropagator(const ShardingContext& context, std::stri
     : context_(context), layer_path_(std::move(layer_path)), output_layout_(std::move(output_layout)) {}
 
 Sharding ShardingPropagator::operand_sharding(const Tensor& operand, int output_rank, std::int64_t rows) const {
-  if (std::optional<Sharding> sharding = sharding_of(operand)) return without_partial(*sharding);
+  if (std::optional<Sharding> sharding = sharding_of(operand)) return checked_annotation(*sharding);
   bool activation = operand.rank() == output_rank && output_rank >= 1 && !is_variable(operand) &&
                     (rows < 0 || operand.dim(0) == rows);
   return activation ? context_.data_sharding(operand.shape()) : Sharding::replicated(context_.mesh, operand.shape());
@@ -163,6 +167,8 @@ Tensor ShardingPropagator::dispatch(const OpCall& call) const {
       return window(call);
     case OpFamily::lookup:
       return lookup(call);
+    case OpFamily::reshape:
+      return reshape(call);
     case OpFamily::other:
       break;
   }
@@ -174,8 +180,11 @@ Tensor ShardingPropagator::computed(const OpCall& call, const std::vector<Tensor
 }
 
 Tensor ShardingPropagator::annotated(Tensor out, const Sharding& sharding) const {
+  // An op may hand back its operand (a reshape to the same shape) or a copy of an operand's
+  // annotation (element-wise ops): the annotation is set on an alias of its own.
+  out = without_annotation(out);
   // The data layout needs no annotation (an unannotated activation is laid out so).
-  if (sharding == context_.data_sharding(out.shape())) return without_annotation(out);
+  if (sharding == context_.data_sharding(out.shape())) return out;
   return with_sharding(out, sharding);
 }
 
@@ -478,6 +487,92 @@ Tensor ShardingPropagator::lookup(const OpCall& call) const {
   Sharding target = summed(rule.output);
   Tensor out = target == rule.output ? looked_up : redistribute(looked_up, rule.output, target);
   return annotated(out, target);
+}
+
+// reshape, with the target in the caller's terms (whole, but for the batch: this process's
+// rows). Dimensions are matched in groups whose sizes multiply to the same number (the input's
+// (8, 16) and the output's (8, 4, 4): {8} -> {8}, {16} -> {4, 4}); a split dimension keeps its
+// split when it is the outermost of its group (no split or size-1 dimension before it) and the
+// group's outermost output dimension divides by the split, so that every process's block is a
+// block of the output ((.., 16) split 2 ways -> (.., 4, 4) with the 4 heads split; the reverse
+// merges them). The batch must stay dimension 0, whole. Otherwise the operand is gathered.
+Tensor ShardingPropagator::reshape(const OpCall& call) const {
+  const Tensor& x = call.operands[0];
+  Sharding from = operand_sharding(x, x.rank());
+  Shape logical = from.global_shape();
+  const Placement& batch = from.placement(context_.batch_axis);
+  const bool batch_split = batch.is_shard() && context_.batch_axis_size() > 1;
+  if (batch_split && batch.dim() != 0) return gathered(call);
+  if (batch_split) logical[0] = x.dim(0);
+  // The target, its -1 inferred (an impossible one is the op's own error, from gathered()).
+  Shape target = call.shape;
+  std::int64_t known = 1, elements = shape_size(logical);
+  int unknown = -1;
+  for (int i = 0; i < static_cast<int>(target.size()); ++i) {
+    if (target[static_cast<std::size_t>(i)] == -1 && unknown < 0) {
+      unknown = i;
+    } else if (target[static_cast<std::size_t>(i)] < 0) {
+      return gathered(call);
+    } else {
+      known *= target[static_cast<std::size_t>(i)];
+    }
+  }
+  if (unknown >= 0) {
+    if (known == 0 || elements % known != 0) return gathered(call);
+    target[static_cast<std::size_t>(unknown)] = elements / known;
+  }
+  if (shape_size(target) != elements || logical.empty() || target.empty()) return gathered(call);
+  for (std::int64_t size : logical) {
+    if (size == 0) return gathered(call);
+  }
+  // Groups: input dims [group_i, i) and output dims [group_j, j) of equal products.
+  std::vector<int> output_of(logical.size(), -1);      // the outermost output dim of its group
+  std::vector<bool> outermost(logical.size(), false);  // no dim of size > 1 before it in its group
+  std::size_t i = 0, j = 0;
+  while (i < logical.size() || j < target.size()) {
+    const std::size_t group_i = i, group_j = j;
+    std::int64_t in = 1, out = 1;
+    if (i < logical.size()) in *= logical[i++];
+    if (j < target.size()) out *= target[j++];
+    while (in != out) {
+      if (in < out && i < logical.size()) {
+        in *= logical[i++];
+      } else if (in > out && j < target.size()) {
+        out *= target[j++];
+      } else {
+        return gathered(call);  // cannot happen with equal element counts
+      }
+    }
+    bool seen_size = false;
+    for (std::size_t d = group_i; d < i; ++d) {
+      output_of[d] = group_j < j ? static_cast<int>(group_j) : -1;
+      outermost[d] = !seen_size;
+      seen_size = seen_size || logical[d] > 1;
+    }
+  }
+  std::vector<Placement> placements;
+  Shape local_target = target, global_target = target;
+  for (int axis = 0; axis < context_.axes(); ++axis) {
+    const Placement& placement = from.placement(axis);
+    if (!placement.is_shard()) {
+      placements.push_back(placement);
+      continue;
+    }
+    const auto dim = static_cast<std::size_t>(placement.dim());
+    const int to = output_of[dim];
+    const std::int64_t splits = context_.mesh->shape()[static_cast<std::size_t>(axis)];
+    if (axis == context_.batch_axis) {
+      if (dim != 0 || to != 0 || target[0] != logical[0]) return gathered(call);  // the batch stays put
+      global_target[0] *= splits;
+      placements.push_back(Placement::shard(0));
+      continue;
+    }
+    if (to < 0 || !outermost[dim] || target[static_cast<std::size_t>(to)] % splits != 0) return gathered(call);
+    local_target[static_cast<std::size_t>(to)] /= splits;
+    placements.push_back(Placement::shard(to));
+  }
+  Sharding output(context_.mesh, std::move(placements), global_target);
+  return annotated(ops::reshape(x, local_target), output);
 }
 
 // No rule: variables gathered whole, activations to the data layout (the batch stays split),

@@ -44,6 +44,7 @@ class ShardingPropagator : public ShardedOpHandler {
   Tensor convolution(const OpCall& call) const;
   Tensor window(const OpCall& call) const;
   Tensor lookup(const OpCall& call) const;
+  Tensor reshape(const OpCall& call) const;
   Tensor gathered(const OpCall& call) const;
   // Runs the op on local blocks (dispatch() runs every rule with no handler installed).
   Tensor computed(const OpCall& call, const std::vector<Tensor>& local) const;

@@ -29,6 +29,7 @@ enum class OpFamily {
   convolution,   // conv over channels_last images: a contraction over the input channels
   window,        // max_pool, average_pool: each channel of each image on its own
   lookup,        // take: rows of a table (operand 0) picked by indices (operand 1); `axes` the axis
+  reshape,       // `shape` the target, as the caller wrote it (one -1 allowed)
   other,         // no rule yet: the handler gathers the operands and says so
 };
 
@@ -41,6 +42,7 @@ struct OpCall {
   std::vector<std::int64_t> axes = {};
   bool keepdims = false;
   std::string equation = {};
+  Shape shape = {};
 };
 
 class ShardedOpHandler {

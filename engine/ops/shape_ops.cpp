@@ -10,8 +10,9 @@ namespace keras::ops {
 Tensor reshape(const Tensor& x, const Shape& shape_in) {
   detail::check_defined(x, "reshape", "x");
   if (detail::goes_through_handler({&x})) {
-    return detail::through_handler({"reshape", OpFamily::other, {x},
-                                    [shape_in](const std::vector<Tensor>& local) { return reshape(local[0], shape_in); }});
+    return detail::through_handler({"reshape", OpFamily::reshape, {x},
+                                    [shape_in](const std::vector<Tensor>& local) { return reshape(local[0], shape_in); },
+                                    {}, false, {}, shape_in});
   }
   Shape shape = shape_in;
   int unknown = -1;
