@@ -8,7 +8,8 @@
 // never silently wrong, and visible.
 //
 // A Layer installs one for its call() when a distribution engages the layers (layers/layer.cpp);
-// the built-in layers that still compute on local blocks themselves (call_sharded) install none.
+// the code that still computes on local blocks itself (Dropout, dot-product attention) installs
+// none.
 #pragma once
 #include <string>
 #include <vector>

@@ -20,8 +20,9 @@ struct GradientNode;
 
 // Something a higher layer knows about a tensor that the engine carries but never interprets:
 // the distribution module records here how a local tensor lies in a global one (its sharding).
-// Element-wise ops copy their input's annotation to their output (see ops/elementwise.cpp), so
-// a layout survives `relu(x)` or `x * mask` in user code between layers.
+// An op with an annotated operand hands itself to the handler a higher layer installed
+// (engine/op_dispatch.h); with none installed (code that computes on local blocks itself),
+// element-wise ops copy their input's annotation to their output (see ops/elementwise.cpp).
 struct TensorAnnotation {
   virtual ~TensorAnnotation() = default;
   virtual bool equals(const TensorAnnotation& other) const = 0;

@@ -47,12 +47,13 @@ Layer::Layer(const std::string& default_prefix, const std::string& name)
   }
 }
 
-Tensor Layer::place_output(Tensor outputs, const distribution::ShardingContext* sharded) {
+Tensor Layer::place_output(Tensor outputs, const distribution::ShardingContext* sharded,
+                           const distribution::TensorLayoutPtr& layout) {
   if (!outputs.defined()) return outputs;
   Shape shape = outputs.shape();
   if (sharded) {
     std::string output_path = path() + "/output";
-    if (distribution::TensorLayoutPtr layout = output_layout(*sharded)) {
+    if (layout) {
       distribution::Sharding current = sharded->activation_sharding(outputs);
       distribution::Sharding target =
           sharded->activation_target(*layout, current, str("layer output '", output_path, "'"));
@@ -73,15 +74,15 @@ Tensor Layer::run_call(const std::function<Tensor()>& body) {
   built_ = true;
   distribution::StepContext step_context;  // joins the trainer's, or resolves the sharding for this call
   const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
+  if (!sharded) return place_output(body(), sharded, nullptr);
+  distribution::TensorLayoutPtr layout = output_layout(*sharded);  // one LayoutMap lookup a call
+  distribution::ShardingPropagator propagator(*sharded, path(), layout);
   Tensor outputs;
-  if (sharded) {
-    distribution::ShardingPropagator propagator(*sharded, path(), output_layout(*sharded));
+  {
     ShardedOpScope sharded_ops(&propagator);
     outputs = body();
-  } else {
-    outputs = body();
   }
-  return place_output(outputs, sharded);
+  return place_output(outputs, sharded, layout);
 }
 
 Tensor Layer::operator()(const Tensor& inputs, bool training) {
@@ -99,16 +100,17 @@ Tensor Layer::operator()(const Tensor& inputs, bool training) {
     build(sharded ? sharded->logical_shape(local) : local.shape());
     built_ = true;
   }
-  if (!sharded) return place_output(call(local, training), sharded);
+  if (!sharded) return place_output(call(local, training), sharded, nullptr);
   // Every op of call() on a sharded operand (this layer's sharded weights, a sharded activation)
   // goes through the propagator: it follows the op's rule or gathers (docs/ARCHITECTURE.md).
-  distribution::ShardingPropagator propagator(*sharded, path(), output_layout(*sharded));
+  distribution::TensorLayoutPtr layout = output_layout(*sharded);  // one LayoutMap lookup a call
+  distribution::ShardingPropagator propagator(*sharded, path(), layout);
   Tensor outputs;
   {
     ShardedOpScope sharded_ops(&propagator);
     outputs = call(local, training);
   }
-  return place_output(outputs, sharded);
+  return place_output(outputs, sharded, layout);
 }
 
 std::string Layer::class_name() const {

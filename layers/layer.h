@@ -127,8 +127,10 @@ class Layer {
  private:
   // Moves a call's output to "<path>/output"'s layout, when the LayoutMap has one, and notes
   // its (global) shape.
-  // (`sharded`: the step context's, null when the distribution does not engage the layers.)
-  Tensor place_output(Tensor outputs, const distribution::ShardingContext* sharded);
+  // (`sharded`: the step context's, null when the distribution does not engage the layers;
+  // `layout`: output_layout()'s, looked up once per call.)
+  Tensor place_output(Tensor outputs, const distribution::ShardingContext* sharded,
+                      const std::shared_ptr<distribution::TensorLayout>& layout);
   // The LayoutMap's layout for "<path>/output", or null.
   std::shared_ptr<distribution::TensorLayout> output_layout(const distribution::ShardingContext& sharded) const;
 

@@ -24,7 +24,8 @@ using detail::reduce_to_shape;
 
 namespace {
 
-// Element-wise outputs keep the annotation of the input they are shaped like (a sharded
+// With no sharded-op handler installed (code computing on local blocks itself, op_dispatch.h),
+// element-wise outputs keep the annotation of the input they are shaped like (a sharded
 // activation stays sharded through relu or a dropout mask). Two inputs annotated differently
 // give an unannotated output: the engine cannot tell which (if either) is right.
 void inherit_annotation(Tensor& out, const Tensor& a, const Tensor* b = nullptr) {
