@@ -146,6 +146,12 @@ Sharding ShardingPropagator::summed(const Sharding& product) const {
   return sharding_rules::resolved(product);
 }
 
+Tensor ShardingPropagator::summed_output(Tensor out, const Sharding& lying) const {
+  out = without_annotation(out);
+  Sharding target = summed(lying);
+  return annotated(target == lying ? out : redistribute(out, lying, target), target);
+}
+
 Tensor ShardingPropagator::dispatch(const OpCall& call) const {
   // Moving operands runs ops too (slices, transposes): on local blocks, with no handler.
   ShardedOpScope local_blocks(nullptr);
@@ -240,10 +246,7 @@ Tensor ShardingPropagator::contraction(const OpCall& call) const {
   std::vector<bool> output_split = split_axes(rule.output);
   std::vector<Tensor> local = {moved(x, x_from, rule.inputs[0], output_split),
                                moved(kernel, kernel_from, rule.inputs[1], output_split)};
-  Tensor product = without_annotation(computed(call, local));
-  Sharding target = summed(rule.output);
-  Tensor out = target == rule.output ? product : redistribute(product, rule.output, target);
-  return annotated(out, target);
+  return summed_output(computed(call, local), rule.output);
 }
 
 // Reductions, softmax and argmax: the reduced (or normalised) dimensions are made whole on every
@@ -431,14 +434,11 @@ Tensor ShardingPropagator::convolution(const OpCall& call) const {
                                moved(kernel, kernel_from,
                                      Sharding(context_.mesh, rule.inputs[1].placements(), kernel_from.global_shape()),
                                      output_split)};
-  Tensor product = without_annotation(computed(call, local));
+  Tensor product = computed(call, local);
   // The contraction's labels give the output the input's height and width; the op's stride and
   // padding give it its own.
-  Sharding product_sharding(context_.mesh, rule.output.placements(),
-                            global_shape_of(product.shape(), rule.output.placements()));
-  Sharding target = summed(product_sharding);
-  Tensor out = target == product_sharding ? product : redistribute(product, product_sharding, target);
-  return annotated(out, target);
+  return summed_output(product, Sharding(context_.mesh, rule.output.placements(),
+                                         global_shape_of(product.shape(), rule.output.placements())));
 }
 
 // max_pool and average_pool: every channel of every image on its own, a window over rows and
@@ -483,10 +483,7 @@ Tensor ShardingPropagator::lookup(const OpCall& call) const {
     Tensor mask = ops::expand_dims(ops::cast(held, local_table.dtype()), -1);
     looked_up = computed(call, {local_table, local_indices}) * mask;
   }
-  looked_up = without_annotation(looked_up);
-  Sharding target = summed(rule.output);
-  Tensor out = target == rule.output ? looked_up : redistribute(looked_up, rule.output, target);
-  return annotated(out, target);
+  return summed_output(looked_up, rule.output);
 }
 
 // reshape, with the target in the caller's terms (whole, but for the batch: this process's

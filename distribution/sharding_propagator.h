@@ -36,6 +36,8 @@ class ShardingPropagator : public ShardedOpHandler {
   Sharding operand_sharding(const Tensor& operand, int output_rank, std::int64_t rows = -1) const;
   // Where a product lying as `product` (Partial on some axes) is summed to.
   Sharding summed(const Sharding& product) const;
+  // A rule's local result `out`, lying as `lying`, summed there and annotated.
+  Tensor summed_output(Tensor out, const Sharding& lying) const;
   // One function per family of rules (the header comment of each in the .cpp says the rule).
   Tensor elementwise(const OpCall& call) const;
   Tensor contraction(const OpCall& call) const;
