@@ -3,6 +3,7 @@
 
 #include "distribution/collective_log.h"
 #include "distribution/distribution.h"
+#include "engine/op_dispatch.h"
 #include "engine/ops.h"
 
 namespace keras::distribution {
@@ -127,6 +128,7 @@ Tensor all_to_all(const Tensor& shard, const GroupPointer& group, int from_dim, 
 
 Tensor redistribute(const Tensor& local, const Sharding& from, const Sharding& to,
                     const std::vector<ArrivingGradient>& arriving) {
+  ShardedOpScope local_blocks(nullptr);  // moves stored blocks (Tensor::shape())
   if (from.global_shape() != to.global_shape()) {
     throw ShapeError(str("redistribute: from ", from.to_string(), " to ", to.to_string(),
                          ": the global shapes differ"));

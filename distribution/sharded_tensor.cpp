@@ -2,6 +2,8 @@
 #include "distribution/sharded_tensor.h"
 
 #include "distribution/runtime.h"
+#include "distribution/step_context.h"
+#include "engine/op_dispatch.h"
 
 namespace keras::distribution {
 
@@ -17,12 +19,20 @@ std::optional<Sharding> sharding_of(const Tensor& tensor) {
 }
 
 Tensor with_sharding(Tensor tensor, const Sharding& sharding) {
-  if (tensor.shape() != sharding.local_shape()) {
-    throw ShapeError(str("a local tensor of shape ", shape_to_string(tensor.shape()),
+  if (tensor.local_shape() != sharding.local_shape()) {
+    throw ShapeError(str("a local tensor of shape ", shape_to_string(tensor.local_shape()),
                          " cannot be the block of ", sharding.to_string(), ", whose blocks have shape ",
                          shape_to_string(sharding.local_shape())));
   }
-  tensor.set_annotation(std::make_shared<ShardingAnnotation>(sharding));
+  Shape logical = sharding.global_shape();
+  const bool variable = !tensor.impl()->name.empty();
+  if (const ShardingContext* step = StepContext::sharding(); step != nullptr && !variable && !logical.empty()) {
+    const Placement& batch = static_cast<std::size_t>(step->batch_axis) < sharding.placements().size()
+                                 ? sharding.placement(step->batch_axis)
+                                 : Placement::replicate();
+    if (batch.is_shard() && batch.dim() == 0) logical[0] = tensor.local_shape()[0];
+  }
+  tensor.set_annotation(std::make_shared<ShardingAnnotation>(sharding, std::move(logical)));
   return tensor;
 }
 
@@ -105,6 +115,7 @@ Sharding ShardingContext::activation_target(const TensorLayout& layout, const Sh
 
 Tensor ShardingContext::relayout(const Tensor& local, const Sharding& from,
                                  const Sharding& target) const {
+  ShardedOpScope local_blocks(nullptr);  // moves stored blocks (Tensor::shape())
   if (from == target) return with_sharding(local, target);
   // Activations: the gradient arriving at a gathered activation is the replicated one (the
   // layers keep that convention), so no axis needs a reduce-scatter here.
@@ -112,6 +123,7 @@ Tensor ShardingContext::relayout(const Tensor& local, const Sharding& from,
 }
 
 Tensor ShardingContext::to_data_layout(const Tensor& local) const {
+  ShardedOpScope local_blocks(nullptr);  // moves stored blocks (Tensor::shape())
   std::optional<Sharding> sharding = sharding_of(local);
   if (!sharding) return local;
   Sharding target(mesh, data_sharding(local.shape()).placements(), sharding->global_shape());
@@ -131,6 +143,7 @@ Tensor ShardingContext::operand(const Tensor& local, const Sharding& from, const
 
 Tensor ShardingContext::operand(const Tensor& local, const Sharding& from, const Sharding& target,
                                 const std::vector<bool>& output_split) const {
+  ShardedOpScope local_blocks(nullptr);  // moves stored blocks (Tensor::shape())
   std::vector<ArrivingGradient> arriving(static_cast<std::size_t>(axes()), ArrivingGradient::replicated);
   for (int axis = 0; axis < axes(); ++axis) {
     if (output_split[static_cast<std::size_t>(axis)]) arriving[static_cast<std::size_t>(axis)] = ArrivingGradient::partial;

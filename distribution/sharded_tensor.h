@@ -22,19 +22,26 @@ namespace keras::distribution {
 
 class ShardingAnnotation : public TensorAnnotation {
  public:
-  explicit ShardingAnnotation(Sharding sharding) : sharding_(std::move(sharding)) {}
+  // `logical_shape`: what Tensor::shape() reads inside a layer's call (see with_sharding).
+  ShardingAnnotation(Sharding sharding, Shape logical_shape)
+      : sharding_(std::move(sharding)), logical_shape_(std::move(logical_shape)) {}
   const Sharding& sharding() const { return sharding_; }
   bool equals(const TensorAnnotation& other) const override;
   std::string to_string() const override { return sharding_.to_string(); }
+  const Shape& logical_shape() const override { return logical_shape_; }
 
  private:
   Sharding sharding_;
+  Shape logical_shape_;
 };
 
 // The sharding recorded on `tensor`, if any.
 std::optional<Sharding> sharding_of(const Tensor& tensor);
-// Records `sharding` on `tensor` (checking that the tensor's shape is its local block) and
-// returns the tensor.
+// Records `sharding` on `tensor` (checking that the tensor's stored shape is its local block)
+// and returns the tensor. Its logical shape (Tensor::shape() inside a layer's call) is the
+// global shape, except that an activation split over the step's batch axis keeps the rows this
+// process holds: the batch is each process's own, as under DataParallel, where activations
+// carry no annotation at all.
 Tensor with_sharding(Tensor tensor, const Sharding& sharding);
 
 // What the layers need to know about the active distribution: engaged when one is set, there

@@ -104,37 +104,6 @@ OperationSharding contraction(const Contraction& labels, const Sharding& x, cons
           Sharding(x.mesh(), std::move(output), std::move(output_shape))};
 }
 
-OperationSharding attention(const Sharding& query, const Sharding& key, const Sharding& value) {
-  for (const Sharding* input : {&query, &key, &value}) {
-    check_not_partial(*input, "attention");
-    check_same_mesh(query, *input, "attention");
-    if (input->global_shape().size() != 4) {
-      throw ShapeError(str("sharding rule 'attention': expected (batch, sequence, heads, head size) "
-                           "tensors, got ", input->to_string()));
-    }
-  }
-  const Shape& q = query.global_shape();
-  const Shape& k = key.global_shape();
-  const Shape& v = value.global_shape();
-  const DeviceMeshPtr& mesh = query.mesh();
-  std::vector<Placement> rows_and_heads;  // per mesh axis, for (B, ., N, .) tensors
-  std::vector<Placement> scores;          // the same for (B, N, T, S)
-  for (int axis = 0; axis < static_cast<int>(mesh->shape().size()); ++axis) {
-    const Placement& placement = query.placement(axis);
-    if (placement.is_shard() && (placement.dim() == 0 || placement.dim() == 2)) {
-      rows_and_heads.push_back(placement);
-      scores.push_back(Placement::shard(placement.dim() == 0 ? 0 : 1));
-    } else {
-      rows_and_heads.push_back(Placement::replicate());
-      scores.push_back(Placement::replicate());
-    }
-  }
-  Sharding query_target(mesh, rows_and_heads, q);
-  return {{query_target, Sharding(mesh, rows_and_heads, k), Sharding(mesh, rows_and_heads, v),
-           Sharding(mesh, scores, {q[0], q[2], q[1], k[1]})},
-          Sharding(mesh, rows_and_heads, {q[0], q[1], q[2], v[3]})};
-}
-
 OperationSharding broadcast(const Sharding& main, const Sharding& operand,
                             const std::vector<int>& aligned) {
   check_not_partial(main, "broadcast");

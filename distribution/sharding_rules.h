@@ -38,13 +38,6 @@ struct Contraction {
 // - else x sharded on a contracted dimension: x is gathered, the output replicated.
 OperationSharding contraction(const Contraction& labels, const Sharding& x, const Sharding& kernel);
 
-// Dot-product attention of projected query (B, T, N, H), key (B, S, N, H) and value (B, S, N,
-// Hv), which is independent per (batch row, head): per mesh axis, one that shards the query's
-// heads (dimension 2) shards the key's and value's heads too, one that shards the batch keeps
-// it, and any other placement is gathered (replicated). The output is the attended values (B,
-// T, N, Hv), laid out as the query; inputs[3] is how the scores (B, N, T, S) lie meanwhile.
-OperationSharding attention(const Sharding& query, const Sharding& key, const Sharding& value);
-
 // Element-wise `main` op `operand`, where operand's dimension j lines up with main's
 // dimension aligned[j] (a bias: {last}). The operand takes main's blocks where they line up
 // and is replicated elsewhere; the output lies as main.

@@ -6,6 +6,7 @@
 #include "engine/backend.h"
 #include "engine/errors.h"
 #include "engine/gpu_provider.h"
+#include "engine/op_dispatch.h"
 #include "engine/ops.h"
 
 namespace keras {
@@ -66,9 +67,10 @@ Tensor Tensor::arange(std::int64_t count, DType dtype) {
 Tensor Tensor::view_of(const Tensor& base, std::int64_t offset, const Shape& shape) {
   base.check_defined("Tensor::view_of");
   check_valid_shape(shape, "Tensor::view_of");
-  if (offset < 0 || offset > base.size() || shape_size(shape) > base.size() - offset) {
+  const std::int64_t stored = shape_size(base.local_shape());
+  if (offset < 0 || offset > stored || shape_size(shape) > stored - offset) {
     throw ValueError(str("Tensor::view_of: ", shape_size(shape), " elements from offset ", offset,
-                         " are outside a tensor of ", base.size(), " elements"));
+                         " are outside a tensor of ", stored, " elements"));
   }
   std::size_t element = dtype_size(base.dtype());
   auto impl = std::make_shared<TensorImpl>();
@@ -86,7 +88,22 @@ void Tensor::check_defined(const char* what) const {
 
 const Shape& Tensor::shape() const {
   check_defined("Tensor::shape");
+  // Two loads and a branch for an unannotated tensor; a thread-local read for an annotated one.
+  if (impl_->annotation && sharded_op_handler() != nullptr) return impl_->annotation->logical_shape();
   return impl_->shape;
+}
+
+const Shape& Tensor::local_shape() const {
+  check_defined("Tensor::local_shape");
+  return impl_->shape;
+}
+
+Tensor Tensor::local() const {
+  check_defined("Tensor::local");
+  if (!impl_->annotation) return *this;
+  Tensor block = detach();
+  return record_gradient(block, "local_block", {*this},
+                         [](const Tensor& gradient) { return std::vector<Tensor>{gradient}; });
 }
 
 std::int64_t Tensor::dim(int axis) const {
@@ -140,6 +157,7 @@ KERAS_INSTANTIATE_DATA(double)
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  ShardedOpScope stored_block(nullptr);  // the values of the block this tensor stores
   Tensor host = to(Device::cpu());
   if (host.dtype() != dtype_of<T>::value) {
     Tensor converted = Tensor::empty(host.shape(), dtype_of<T>::value);
@@ -156,6 +174,7 @@ template std::vector<std::int64_t> Tensor::to_vector() const;
 template std::vector<std::uint8_t> Tensor::to_vector() const;
 
 double Tensor::item() const {
+  ShardedOpScope stored_block(nullptr);
   if (size() != 1) {
     throw ValueError(str("Tensor::item() needs a tensor with one element, got shape ",
                          shape_to_string(shape())));
@@ -167,6 +186,7 @@ Tensor Tensor::to(Device target) const {
   check_defined("Tensor::to");
   Device source = device();
   if (source == target) return *this;
+  ShardedOpScope stored_block(nullptr);
   Tensor out = empty(shape(), dtype(), target);
   if (nbytes() > 0) {
     if (source.is_cpu() && target.is_gpu()) {
@@ -184,6 +204,7 @@ Tensor Tensor::to(Device target) const {
 Tensor Tensor::astype(DType target) const { return ops::cast(*this, target); }
 
 Tensor Tensor::clone() const {
+  ShardedOpScope stored_block(nullptr);
   Tensor out = empty(shape(), dtype(), device());
   backend_for(device()).cast(*this, out);
   return out;
@@ -200,6 +221,7 @@ Tensor Tensor::detach() const {
 
 void Tensor::assign(const Tensor& source) {
   check_defined("Tensor::assign");
+  ShardedOpScope stored_blocks(nullptr);  // blocks are copied: a variable's and its new value's
   if (source.shape() != shape()) {
     throw ShapeError(str("cannot assign a tensor of shape ", shape_to_string(source.shape()),
                          " to '", name(), "' of shape ", shape_to_string(shape())));
@@ -267,6 +289,7 @@ Tensor& Tensor::set_annotation(std::shared_ptr<const TensorAnnotation> annotatio
 
 std::string Tensor::to_string(int max_elements) const {
   if (!defined()) return "Tensor(undefined)";
+  ShardedOpScope stored_block(nullptr);
   std::ostringstream out;
   out << "Tensor(shape=" << shape_to_string(shape()) << ", dtype=" << dtype_name(dtype())
       << ", device=" << device().to_string() << ", values=[";

@@ -27,6 +27,9 @@ struct TensorAnnotation {
   virtual ~TensorAnnotation() = default;
   virtual bool equals(const TensorAnnotation& other) const = 0;
   virtual std::string to_string() const = 0;
+  // The shape code written on whole tensors reads (Tensor::shape() inside a handler's scope):
+  // a sharding's global shape, with the batch rows this process holds.
+  virtual const Shape& logical_shape() const = 0;
 };
 
 struct TensorImpl {
@@ -61,13 +64,22 @@ class Tensor {
   static Tensor view_of(const Tensor& base, std::int64_t offset, const Shape& shape);
 
   bool defined() const { return impl_ != nullptr; }
+  // The shape code written on whole tensors sees, as DTensor's: while a sharded-op handler is
+  // installed (inside a layer's call() under a distribution, engine/op_dispatch.h), an annotated
+  // tensor's logical shape (global in every dimension but the batch rows this process holds);
+  // everywhere else, and always for an unannotated tensor, the shape of the stored block.
+  // Kernels run with no handler installed, so they read the block they compute on.
   const Shape& shape() const;
   int rank() const { return static_cast<int>(shape().size()); }
   std::int64_t dim(int axis) const;  // negative axes count from the end
   std::int64_t size() const { return shape_size(shape()); }
+  // The stored block: its shape, and the block itself as a tensor without annotation whose
+  // gradient flows back to this one (DTensor's to_local()); for an unannotated tensor, itself.
+  const Shape& local_shape() const;
+  Tensor local() const;
   DType dtype() const;
   Device device() const;
-  std::size_t nbytes() const { return static_cast<std::size_t>(size()) * dtype_size(dtype()); }
+  std::size_t nbytes() const { return static_cast<std::size_t>(shape_size(local_shape())) * dtype_size(dtype()); }
 
   // Raw element access on CPU tensors; T must match the dtype (checked).
   template <typename T>

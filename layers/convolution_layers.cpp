@@ -72,7 +72,7 @@ Tensor Conv2D::convolve(const Tensor& inputs, const Tensor& kernel) const {
 }
 
 Tensor Conv2D::call(const Tensor& inputs, bool) {
-  Shape shape = logical_shape(inputs);
+  const Shape& shape = inputs.shape();  // global: the layer is written once, on whole tensors
   if (shape.size() != 4 || shape[3] != channels_) {
     throw ShapeError(str("Conv2D '", name(), "' was built for channels_last inputs with ", channels_,
                          " channels, got inputs of shape ", shape_to_string(shape)));

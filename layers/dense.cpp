@@ -24,7 +24,7 @@ void Dense::build(const Shape& input_shape) {
 }
 
 Tensor Dense::call(const Tensor& inputs, bool) {
-  Shape shape = logical_shape(inputs);
+  const Shape& shape = inputs.shape();  // global: the layer is written once, on whole tensors
   if (shape.size() < 2 || shape.back() != input_dim_) {
     throw ShapeError(str("Dense '", name(), "' was built for inputs whose last dimension is ", input_dim_,
                          ", got inputs of shape ", shape_to_string(shape),

@@ -72,6 +72,9 @@ distribution::TensorLayoutPtr Layer::output_layout(const distribution::ShardingC
 
 Tensor Layer::run_call(const std::function<Tensor()>& body) {
   built_ = true;
+  // The call's own bookkeeping (placing the output) reads stored blocks: no handler, even
+  // when this layer is called inside another's call.
+  ShardedOpScope bookkeeping(nullptr);
   distribution::StepContext step_context;  // joins the trainer's, or resolves the sharding for this call
   const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
   if (!sharded) return place_output(body(), sharded, nullptr);
@@ -87,6 +90,9 @@ Tensor Layer::run_call(const std::function<Tensor()>& body) {
 
 Tensor Layer::operator()(const Tensor& inputs, bool training) {
   if (!inputs.defined()) throw ValueError(str("layer '", name_, "' was called on an undefined tensor"));
+  // The call's own bookkeeping (gathering inputs, placing the output) reads stored blocks: no
+  // handler, even when this layer is called inside another's call.
+  ShardedOpScope bookkeeping(nullptr);
   distribution::StepContext step_context;  // joins the trainer's, or resolves the sharding for this call
   const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
   Tensor local = inputs;
@@ -125,11 +131,6 @@ std::string Layer::class_name() const {
     upper = false;
   }
   return name;
-}
-
-Shape Layer::logical_shape(const Tensor& tensor) {
-  const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
-  return sharded ? sharded->logical_shape(tensor) : tensor.shape();
 }
 
 Shape Variable::global_shape() const {

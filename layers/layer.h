@@ -114,10 +114,6 @@ class Layer {
   }
   void track(const LayerPtr& layer);
   void check_built(const char* what) const;
-  // The shape of `tensor` as one process sees the whole of it: under ModelParallel the global
-  // shape but for the batch (this process's rows), the local shape otherwise. What a layer
-  // checks its inputs against (tensor.shape() is the local block's).
-  static Shape logical_shape(const Tensor& tensor);
   // For layers called with several inputs (MultiHeadAttention's query, value, key, mask): runs
   // `body` as operator() runs call() (the layer is then built), moves its output to the
   // LayoutMap's "<path>/output" layout when there is one and notes its shape. The body gets

@@ -2,13 +2,9 @@
 // rank 3, and its mask rules.
 #include "layers/multi_head_attention.h"
 
-#include <array>
 #include <cmath>
 
-#include "distribution/sharding_rules.h"
-#include "distribution/step_context.h"
 #include "engine/errors.h"
-#include "engine/op_dispatch.h"
 #include "engine/ops.h"
 
 namespace keras::layers {
@@ -100,12 +96,9 @@ Tensor MultiHeadAttention::call(const Tensor& query, const Tensor& value, const 
                          "last one, must be equal. Received: value_shape=", shape_to_string(value.shape()),
                          " and key_shape=", shape_to_string(key.shape())));
   }
-  const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
-  if (!query_) create_sublayers(sharded ? sharded->logical_shape(query).back() : query.shape().back());
-  // Shapes as one process sees the whole (the batch local): the mask is checked against them.
-  Shape query_shape = sharded ? sharded->logical_shape(query) : query.shape();
-  Shape value_shape = sharded ? sharded->logical_shape(value) : value.shape();
-  Tensor mask = checked_mask(query_shape, value_shape, attention_mask);
+  if (!query_) create_sublayers(query.shape().back());
+  // Whole shapes (the batch this process's rows): the mask is checked against them.
+  Tensor mask = checked_mask(query.shape(), value.shape(), attention_mask);
 
   Tensor projected_query = (*query_)(query, training);  // (B, T, N, key_dim)
   Tensor projected_key = (*key_)(key, training);        // (B, S, N, key_dim)
@@ -118,36 +111,21 @@ Tensor MultiHeadAttention::call(const Tensor& query, const Tensor& value, const 
 
 Tensor dot_product_attention(Tensor query, Tensor key, Tensor value, const Tensor& mask_in,
                              std::optional<double> scale, bool is_causal, Dropout* dropout, bool training) {
-  // Computes on local blocks itself (its sharded path predates the propagator): no handler.
-  ShardedOpScope local_blocks(nullptr);
   for (const Tensor* input : {&query, &key, &value}) {
     if (!input->defined() || input->rank() != 4) {
       throw ShapeError(str("dot_product_attention: query, key and value must be (batch, sequence, heads, ",
                            "head size), got ", input->defined() ? shape_to_string(input->shape()) : "undefined"));
     }
   }
-  const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
-  {
-    // On the shapes one process sees as a whole: under ModelParallel each may hold other blocks.
-    Shape q = sharded ? sharded->logical_shape(query) : query.shape();
-    Shape k = sharded ? sharded->logical_shape(key) : key.shape();
-    Shape v = sharded ? sharded->logical_shape(value) : value.shape();
-    if (k[1] != v[1] || k[2] != q[2] || v[2] != q[2] || k[3] != q[3]) {
-      throw ShapeError(str("dot_product_attention: query ", shape_to_string(q), ", key ", shape_to_string(k),
-                           " and value ", shape_to_string(v), " must agree on the heads, key and value on the "
-                           "sequence, query and key on the head size"));
-    }
-  }
-  std::optional<distribution::sharding_rules::OperationSharding> rule;
-  if (sharded) {
-    // Heads are independent: each process attends with the heads its inputs hold (Megatron's
-    // split), after their other placements are gathered.
-    std::array<Tensor*, 3> inputs = {&query, &key, &value};
-    std::array<distribution::Sharding, 3> given = {sharded->activation_sharding(query),
-                                                   sharded->activation_sharding(key),
-                                                   sharded->activation_sharding(value)};
-    rule = distribution::sharding_rules::attention(given[0], given[1], given[2]);
-    for (std::size_t i = 0; i < 3; ++i) *inputs[i] = sharded->relayout(*inputs[i], given[i], rule->inputs[i]);
+  // Written on whole tensors: under a distribution each op follows its rule (heads split stay
+  // split through both einsums and the softmax: Megatron's attention, with no code of its own).
+  const Shape& q = query.shape();
+  const Shape& k = key.shape();
+  const Shape& v = value.shape();
+  if (k[1] != v[1] || k[2] != q[2] || v[2] != q[2] || k[3] != q[3]) {
+    throw ShapeError(str("dot_product_attention: query ", shape_to_string(q), ", key ", shape_to_string(k),
+                         " and value ", shape_to_string(v), " must agree on the heads, key and value on the "
+                         "sequence, query and key on the head size"));
   }
   const double factor = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(query.dim(3)));
   Tensor scores = ops::einsum("aecd,abcd->acbe", key, query * factor);  // (B, N, T, S)
@@ -182,14 +160,8 @@ Tensor dot_product_attention(Tensor query, Tensor key, Tensor value, const Tenso
     probabilities = ops::softmax(scores + bias, -1);
     if (mask_in.defined()) probabilities = ops::where(kept, probabilities, ops::scalar_like(probabilities, 0.0));
   }
-  if (dropout != nullptr) {
-    // Dropout draws each process's block of the one-process mask from the scores' sharding.
-    if (rule) probabilities = distribution::with_sharding(probabilities, rule->inputs[3]);
-    probabilities = (*dropout)(probabilities, training);
-    probabilities.set_annotation(nullptr);
-  }
-  Tensor attended = ops::einsum("acbe,aecd->abcd", probabilities, value);  // (B, T, N, Hv)
-  return rule ? distribution::with_sharding(attended, rule->output) : attended;
+  if (dropout != nullptr) probabilities = (*dropout)(probabilities, training);
+  return ops::einsum("acbe,aecd->abcd", probabilities, value);  // (B, T, N, Hv)
 }
 
 }  // namespace keras::layers

@@ -8,8 +8,9 @@
 //
 // Under ModelParallel the projections follow their kernels' layouts (EinsumDense's rule): with
 // the query/key/value kernels split on their heads axis each process attends with its heads
-// (sharding_rules::attention), and attention_output's kernel split on its heads axis sums the
-// heads' contributions in one all-reduce (row-parallel), Megatron's layout.
+// (the einsums' contraction rule keeps the heads split), and attention_output's kernel split on
+// its heads axis sums the heads' contributions in one all-reduce (row-parallel), Megatron's
+// layout.
 #pragma once
 #include <optional>
 
@@ -34,8 +35,8 @@ struct MultiHeadAttentionOptions {
 // value head size). `mask` (true, or > 0.5, where a query position may attend to a key)
 // broadcasts to (batch, heads, T, S); is_causal adds Keras' causal mask; scale defaults to
 // 1/sqrt(head size) and multiplies the query. `dropout`, when given, drops probabilities in
-// training. Under ModelParallel each process attends with the heads its inputs hold
-// (sharding_rules::attention): the attention of a decoder block written with EinsumDense.
+// training. Written on whole tensors: under ModelParallel, inside a layer's call, each op
+// follows its rule and each process attends with the heads its inputs hold.
 Tensor dot_product_attention(Tensor query, Tensor key, Tensor value, const Tensor& mask = Tensor(),
                              std::optional<double> scale = std::nullopt, bool is_causal = false,
                              Dropout* dropout = nullptr, bool training = false);

@@ -27,7 +27,7 @@ void PReLU::build(const Shape& input_shape) {
 }
 
 Tensor PReLU::call(const Tensor& inputs, bool) {
-  Shape shape = logical_shape(inputs);
+  const Shape& shape = inputs.shape();  // global: the layer is written once, on whole tensors
   if (shape.size() != alpha_shape_.size() + 1) {
     throw ShapeError(str("PReLU '", name(), "' was built for inputs of rank ", alpha_shape_.size() + 1,
                          ", got shape ", shape_to_string(shape)));
