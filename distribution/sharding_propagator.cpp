@@ -7,6 +7,7 @@
 #include <string_view>
 #include <mutex>
 
+#include "distribution/batch_shard.h"
 #include "distribution/redistribute.h"
 #include "distribution/runtime.h"
 #include "distribution/sharding_rules.h"
@@ -175,6 +176,16 @@ Tensor ShardingPropagator::dispatch(const OpCall& call) const {
       return lookup(call);
     case OpFamily::reshape:
       return reshape(call);
+    case OpFamily::random:
+      return random(call);
+    case OpFamily::slice:
+      return slice(call);
+    case OpFamily::broadcast:
+      return broadcast(call);
+    case OpFamily::one_hot:
+      return one_hot(call);
+    case OpFamily::batch:
+      return batch_mean(call);
     case OpFamily::other:
       break;
   }
@@ -284,6 +295,10 @@ Tensor ShardingPropagator::along_axes(const OpCall& call) const {
       Sharding whole = sharding_rules::resolved(partial);
       return annotated(redistribute(out, partial, whole), whole);
     }
+  }
+  if (call.family == OpFamily::along_axis && (name == "softmax" || name == "log_softmax") &&
+      dims.size() == 1 && !batch_splits(from, dims) && from.axis_sharding(dims[0]) >= 0) {
+    return split_softmax(call, from, dims[0]);
   }
   Sharding target = whole_along(from, dims);
   Tensor local = moved(x, from, target, split_axes(target));
@@ -574,6 +589,170 @@ Tensor ShardingPropagator::reshape(const OpCall& call) const {
 
 // No rule: variables gathered whole, activations to the data layout (the batch stays split),
 // then the op runs as on one process; the output is in the data layout.
+// Dropout's draw: each process draws its block of the mask one process would draw for the whole
+// batch and the whole activation: rows from this process's place in the global batch (the
+// step's batch rows), the other dimensions from the operand's sharding. Nothing moves.
+Tensor ShardingPropagator::random(const OpCall& call) const {
+  const Tensor& x = call.operands[0];
+  Sharding sharding = operand_sharding(x, x.rank());
+  Tensor local = without_annotation(x);
+  Shape whole = sharding.global_shape();
+  Shape starts(whole.size(), 0);
+  if (!whole.empty()) {
+    starts = sharding.block(context_.coordinates).first;
+    const BatchShard::Rows* rows = BatchShard::step_rows();
+    const bool batch_rows = rows != nullptr && local.dim(0) == rows->local;
+    whole[0] = batch_rows ? rows->total : local.dim(0);
+    starts[0] = batch_rows ? rows->offset : 0;
+  }
+  return annotated(call.draw_block({local}, whole, starts), sharding);
+}
+
+// A slice keeps the splits of the dimensions it takes whole; a dimension it cuts is made whole
+// first. The batch rows are this process's own: a cut of them is taken from its rows.
+Tensor ShardingPropagator::slice(const OpCall& call) const {
+  const Tensor& x = call.operands[0];
+  const Shape& starts = call.axes;
+  if (static_cast<int>(starts.size()) != x.rank() || static_cast<int>(call.shape.size()) != x.rank()) {
+    return gathered(call);  // the op's own error
+  }
+  Sharding from = operand_sharding(x, x.rank());
+  const bool batch_split = batch_splits(from, {0});
+  Shape logical = from.global_shape();
+  if (batch_split) logical[0] = x.dim(0);
+  Shape sizes = call.shape;
+  std::vector<int> cut;
+  for (int dim = 0; dim < x.rank(); ++dim) {
+    auto d = static_cast<std::size_t>(dim);
+    if (sizes[d] == -1) sizes[d] = logical[d] - starts[d];
+    if (starts[d] < 0 || sizes[d] < 0 || starts[d] + sizes[d] > logical[d]) return gathered(call);  // its error
+    if (starts[d] != 0 || sizes[d] != logical[d]) cut.push_back(dim);
+  }
+  Sharding target = whole_along(from, cut);
+  Tensor local = moved(x, from, target, split_axes(target));
+  Shape local_starts = starts, local_sizes = sizes, global = sizes;
+  for (int axis = 0; axis < context_.axes(); ++axis) {
+    const Placement& placement = target.placement(axis);
+    if (!placement.is_shard()) continue;
+    auto d = static_cast<std::size_t>(placement.dim());
+    const std::int64_t splits = context_.mesh->shape()[static_cast<std::size_t>(axis)];
+    if (axis == context_.batch_axis && d == 0) {
+      global[0] *= splits;  // the rows as the batch records them: local rows x processes
+    } else {
+      local_starts[d] = 0;
+      local_sizes[d] = local.dim(static_cast<int>(d));
+    }
+  }
+  Tensor out = ops::slice(local, local_starts, local_sizes);
+  return annotated(out, Sharding(context_.mesh, target.placements(), std::move(global)));
+}
+
+// broadcast_to: the operand's splits move with its dimensions (numbered from the right); a
+// dimension it broadcasts has size 1 and is never split.
+Tensor ShardingPropagator::broadcast(const OpCall& call) const {
+  const Tensor& x = call.operands[0];
+  Sharding from = operand_sharding(x, x.rank());
+  const Shape& target = call.shape;
+  const int offset = static_cast<int>(target.size()) - x.rank();
+  if (offset < 0) return gathered(call);  // the op's own error
+  Shape local_target = target, global = target;
+  std::vector<Placement> placements;
+  for (int axis = 0; axis < context_.axes(); ++axis) {
+    const Placement& placement = from.placement(axis);
+    if (!placement.is_shard()) {
+      placements.push_back(placement);
+      continue;
+    }
+    const auto d = static_cast<std::size_t>(placement.dim() + offset);
+    const std::int64_t splits = context_.mesh->shape()[static_cast<std::size_t>(axis)];
+    if (axis == context_.batch_axis && context_.batch_axis_size() > 1) {
+      if (d != 0) return gathered(call);  // the batch stays the leading dimension
+      global[0] *= splits;
+    } else {
+      if (target[d] % splits != 0) return gathered(call);
+      local_target[d] /= splits;
+    }
+    placements.push_back(Placement::shard(static_cast<int>(d)));
+  }
+  Tensor out = ops::broadcast_to(without_annotation(x), local_target);
+  return annotated(out, Sharding(context_.mesh, std::move(placements), std::move(global)));
+}
+
+// one_hot: the indices' splits are kept; the new depth dimension is whole.
+Tensor ShardingPropagator::one_hot(const OpCall& call) const {
+  const Tensor& indices = call.operands[0];
+  Sharding from = operand_sharding(indices, indices.rank());
+  Shape global = from.global_shape();
+  global.push_back(call.shape.at(0));
+  Tensor out = computed(call, {without_annotation(indices)});
+  return annotated(out, Sharding(context_.mesh, from.placements(), std::move(global)));
+}
+
+// softmax and log_softmax along a split axis, without gathering it (Megatron's vocabulary-
+// parallel softmax): each process's row maxima are gathered (a small all-gather) for a common
+// shift, each process sums the exponentials of its block, the sums are all-reduced, and every
+// process normalises its block. Two collectives of one value per row, where gathering the axis
+// would move the whole tensor; the output keeps the operand's split.
+Tensor ShardingPropagator::split_softmax(const OpCall& call, const Sharding& from, int axis) const {
+  const bool log = std::string_view(call.name) == "log_softmax";
+  Tensor local = without_annotation(call.operands[0]);
+  const std::vector<bool> output_split = split_axes(from);
+  // The mesh axes that split `axis`, and the shape of one value per row.
+  std::vector<int> splitting;
+  for (int mesh_axis = 0; mesh_axis < context_.axes(); ++mesh_axis) {
+    const Placement& placement = from.placement(mesh_axis);
+    if (placement.is_shard() && placement.dim() == axis) splitting.push_back(mesh_axis);
+  }
+  Shape per_row_global = from.global_shape();
+  per_row_global[static_cast<std::size_t>(axis)] = 1;
+  Tensor shift;
+  {
+    // The shift is a constant for the gradient (the result does not depend on it).
+    NoGradGuard constant;
+    Tensor maxima = ops::max(local, {axis}, /*keepdims=*/true);
+    Shape gathered_shape = per_row_global;
+    std::vector<Placement> placements = from.placements();
+    for (int mesh_axis : splitting) {
+      gathered_shape[static_cast<std::size_t>(axis)] *= context_.mesh->shape()[static_cast<std::size_t>(mesh_axis)];
+    }
+    Sharding each(context_.mesh, placements, gathered_shape);
+    Sharding all = whole_along(each, {axis});
+    shift = ops::max(redistribute(maxima, each, all), {axis}, /*keepdims=*/true);
+  }
+  Tensor shifted = local - shift;
+  std::vector<Placement> partial = from.placements();
+  for (int mesh_axis : splitting) partial[static_cast<std::size_t>(mesh_axis)] = Placement::partial();
+  Sharding summands(context_.mesh, partial, per_row_global);
+  Sharding sums_whole = sharding_rules::resolved(summands);
+  Tensor sums = redistribute(ops::sum(ops::exp(shifted), {axis}, /*keepdims=*/true), summands, sums_whole);
+  // The sums are used by every process's block: their gradient is summed over the splitting axes.
+  sums = context_.operand(sums, sums_whole, sums_whole, output_split);
+  Tensor out = log ? shifted - ops::log(sums) : ops::exp(shifted) / sums;
+  return annotated(out, from);
+}
+
+// batch_mean: each process sums its block over the reduced dimensions, the sums are all-reduced
+// over the batch axis (and over any axis that splits another reduced dimension) and divided by
+// the count of the global batch (the step's rows). Every process's loss depends on the result,
+// so its gradient is summed over the batch axis on the way back.
+Tensor ShardingPropagator::batch_mean(const OpCall& call) const {
+  const Tensor& x = call.operands[0];
+  Sharding from = operand_sharding(x, x.rank());
+  std::vector<int> dims;
+  for (std::int64_t axis : call.axes) dims.push_back(static_cast<int>(axis < 0 ? axis + x.rank() : axis));
+  Shape logical = from.global_shape();
+  const BatchShard::Rows* rows = BatchShard::step_rows();
+  if (rows != nullptr && x.dim(0) == rows->local) logical[0] = rows->total;
+  double count = 1.0;
+  for (int dim : dims) count *= static_cast<double>(logical[static_cast<std::size_t>(dim)]);
+  Sharding partial = sharding_rules::reduction(from, dims, call.keepdims);
+  Sharding whole = sharding_rules::resolved(partial);
+  Tensor local_sum = ops::sum(without_annotation(x), call.axes, call.keepdims);
+  Tensor summed = redistribute(local_sum, partial, whole) * (1.0 / count);
+  if (context_.batch_axis_size() > 1) summed = identity_with_summed_grad(summed, context_.group(context_.batch_axis));
+  return annotated(summed, whole);
+}
+
 Tensor ShardingPropagator::gathered(const OpCall& call) const {
   std::vector<Tensor> local;
   std::vector<bool> output_split(static_cast<std::size_t>(context_.axes()), false);

@@ -48,6 +48,12 @@ class ShardingPropagator : public ShardedOpHandler {
   Tensor window(const OpCall& call) const;
   Tensor lookup(const OpCall& call) const;
   Tensor reshape(const OpCall& call) const;
+  Tensor random(const OpCall& call) const;
+  Tensor slice(const OpCall& call) const;
+  Tensor broadcast(const OpCall& call) const;
+  Tensor one_hot(const OpCall& call) const;
+  Tensor batch_mean(const OpCall& call) const;
+  Tensor split_softmax(const OpCall& call, const Sharding& from, int axis) const;
   Tensor gathered(const OpCall& call) const;
   // Runs the op on local blocks (dispatch() runs every rule with no handler installed).
   Tensor computed(const OpCall& call, const std::vector<Tensor>& local) const;

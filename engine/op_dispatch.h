@@ -30,6 +30,11 @@ enum class OpFamily {
   window,        // max_pool, average_pool: each channel of each image on its own
   lookup,        // take: rows of a table (operand 0) picked by indices (operand 1); `axes` the axis
   reshape,       // `shape` the target, as the caller wrote it (one -1 allowed)
+  random,        // dropout: draws per element; `draw_block` draws a block of the whole draw
+  slice,         // `axes` the starts, `shape` the sizes (-1: to the end), as the caller wrote them
+  broadcast,     // broadcast_to: `shape` the target
+  one_hot,       // operand 0 the indices, `shape` holds the depth
+  batch,         // batch_mean: a mean over `axes` (0 among them) of every process's rows
   other,         // no rule yet: the handler gathers the operands and says so
 };
 
@@ -43,6 +48,9 @@ struct OpCall {
   bool keepdims = false;
   std::string equation = {};
   Shape shape = {};
+  // Random ops: the op on `local` operands, drawing the block at `starts` of a draw of shape
+  // `whole` (the rule gives each process its block of the one-process draw).
+  std::function<Tensor(const std::vector<Tensor>& local, const Shape& whole, const Shape& starts)> draw_block = {};
 };
 
 class ShardedOpHandler {

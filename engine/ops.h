@@ -62,6 +62,10 @@ Tensor scalar_like(const Tensor& x, double value);
 // Reductions.
 Tensor sum(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
 Tensor mean(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
+// The mean over `axes` (which include 0, the batch) of the whole batch: under a distribution,
+// of every process's rows, not of this process's alone (the batch rule, engine/op_dispatch.h),
+// as synchronized BatchNormalization's statistics are; on one process, mean().
+Tensor batch_mean(const Tensor& x, const Axes& axes, bool keepdims = false);
 Tensor max(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
 Tensor min(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
 Tensor var(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
@@ -124,6 +128,11 @@ Tensor random(const RandomSpec& spec, const Shape& shape, DType dtype = float32,
 // The block [starts, starts + shape) of the random tensor of `full_shape`.
 Tensor random_slice(const RandomSpec& spec, const Shape& full_shape, const Shape& starts,
                     const Shape& shape, DType dtype = float32, Device device = Device::cpu());
+// keras.random.dropout: each element of `x` kept with probability 1 - rate and scaled by
+// 1 / (1 - rate), or zeroed; the mask is the uniform draw of Philox key `key` over x's shape.
+// Under a distribution every process draws its block of the one-process mask (the random rule,
+// engine/op_dispatch.h): the numbers equal one process's on any mesh.
+Tensor dropout(const Tensor& x, double rate, std::uint64_t key);
 
 }  // namespace keras::ops
 

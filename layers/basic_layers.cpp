@@ -1,11 +1,8 @@
 // Activation, Dropout, Flatten, Reshape, Embedding, LayerNormalization.
 #include "layers/basic_layers.h"
 
-#include "distribution/step_context.h"
 #include "engine/errors.h"
-#include "engine/op_dispatch.h"
 #include "engine/ops.h"
-#include "distribution/batch_shard.h"
 
 namespace keras::layers {
 
@@ -31,40 +28,10 @@ void Dropout::set_random_counters(const std::vector<std::uint64_t>& counters) {
 }
 
 Tensor Dropout::call(const Tensor& inputs, bool training) {
-  // Computes on local blocks itself (its sharded path predates the propagator): no handler.
-  ShardedOpScope local_blocks(nullptr);
   if (!training || rate_ == 0.0) return inputs;
   // A fresh Philox key per call, derived from the layer seed: reproducible, never repeating.
-  RandomSpec spec{RandomDistribution::uniform, 0.0, 1.0, seed_ + 0x9E3779B97F4A7C15ull * ++calls_};
-  // The mask is drawn as its block of the mask one process would draw for the whole batch
-  // and the whole activation: rows from the trainer's place in the global batch (data
-  // parallel), the other dimensions from the input's sharding (model parallel).
-  Shape full = inputs.shape();
-  Shape starts(inputs.shape().size(), 0);
-  bool block = false;
-  if (const distribution::ShardingContext* context = distribution::StepContext::sharding()) {
-    if (std::optional<distribution::Sharding> sharding = distribution::sharding_of(inputs)) {
-      auto [block_starts, block_sizes] = sharding->block(context->coordinates);
-      full = sharding->global_shape();
-      starts = block_starts;
-      if (!full.empty()) {
-        full[0] = inputs.dim(0);
-        starts[0] = 0;
-      }
-      block = true;
-    }
-  }
-  const BatchShard::Rows* rows = BatchShard::step_rows();
-  if (rows != nullptr && inputs.rank() > 0 && inputs.dim(0) == rows->local) {
-    full[0] = rows->total;
-    starts[0] = rows->offset;
-    block = true;
-  }
-  Tensor uniform = block ? ops::random_slice(spec, full, starts, inputs.shape(), inputs.dtype(), inputs.device())
-                         : ops::random(spec, inputs.shape(), inputs.dtype(), inputs.device());
-  Tensor keep = ops::cast(ops::greater_equal(uniform, ops::scalar_like(uniform, rate_)),
-                          inputs.dtype());
-  return inputs * keep * (1.0 / (1.0 - rate_));
+  // Under a distribution each process draws its block of the one-process mask (ops::dropout).
+  return ops::dropout(inputs, rate_, seed_ + 0x9E3779B97F4A7C15ull * ++calls_);
 }
 
 Flatten::Flatten(const std::string& name) : Layer("flatten", name) {}
@@ -140,7 +107,7 @@ void LayerNormalization::build(const Shape& input_shape) {
 Tensor LayerNormalization::call(const Tensor& inputs_in, bool) {
   // Computes in the weights' dtype (float32), as Dense does, whatever the input dtype.
   Tensor inputs = inputs_in.dtype() == float32 ? inputs_in : ops::cast(inputs_in, float32);
-  Shape shape = logical_shape(inputs);
+  const Shape& shape = inputs.shape();  // global: the layer is written once, on whole tensors
   if (shape.empty() || shape.back() != width_) {
     throw ShapeError(str("LayerNormalization '", name(), "' was built for a last dimension of ", width_,
                          ", got inputs of shape ", shape_to_string(shape)));

@@ -84,7 +84,6 @@ class Dropout : public Layer {
   explicit Dropout(double rate, std::optional<std::uint64_t> seed = std::nullopt,
                    const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
-  // A sharded input gets exactly its block of the mask one process would draw.
   bool accepts_sharded_inputs() const override { return true; }
   std::vector<std::uint64_t> random_counters() const override { return {calls_}; }
   void set_random_counters(const std::vector<std::uint64_t>& counters) override;

@@ -1,10 +1,8 @@
 // BatchNormalization (see the header).
 #include "layers/batch_normalization.h"
 
-#include "distribution/redistribute.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
-#include "distribution/batch_shard.h"
 
 namespace keras::layers {
 
@@ -39,9 +37,9 @@ void BatchNormalization::build(const Shape& input_shape) {
 
 Tensor BatchNormalization::normalize(const Tensor& inputs, const Tensor& mean_in, const Tensor& variance_in) const {
   // (C) statistics broadcast along the features axis: reshaped to (1, .., C, .., 1).
-  Shape broadcast(static_cast<std::size_t>(inputs.rank()), 1);
-  broadcast[static_cast<std::size_t>(axis_)] = inputs.dim(axis_);
-  auto along_features = [&](const Tensor& t) { return axis_ == inputs.rank() - 1 ? t : ops::reshape(t, broadcast); };
+  Shape features_shape(static_cast<std::size_t>(inputs.rank()), 1);
+  features_shape[static_cast<std::size_t>(axis_)] = inputs.dim(axis_);
+  auto along_features = [&](const Tensor& t) { return axis_ == inputs.rank() - 1 ? t : ops::reshape(t, features_shape); };
   Tensor inverse = ops::rsqrt(along_features(variance_in) + options_.epsilon);
   if (gamma_.defined()) inverse = inverse * along_features(gamma_);
   Tensor shift = -along_features(mean_in) * inverse;
@@ -61,50 +59,31 @@ Tensor BatchNormalization::call(const Tensor& inputs_in, bool training) {
   for (int d = 0; d < inputs.rank(); ++d) {
     if (d != axis_) reduced.push_back(d);
   }
-  const double local_count = static_cast<double>(inputs.size() / inputs.dim(axis_));
-  BatchShard batch = BatchShard::current("BatchNormalization");
-  Tensor mean, variance;
-  double count = local_count;
-  if (options_.synchronized && batch.distributed()) {
-    // The global batch's statistics, both passes over all processes' rows: the sums are
-    // all-reduced, and their gradients summed back (every process's loss depends on them).
-    const auto& group = batch.group();
-    auto global_sum = [&](const Tensor& partial) {
-      return distribution::identity_with_summed_grad(distribution::all_reduce_sum(partial, group), group);
-    };
-    std::vector<double> total{local_count};
-    batch.sum(total);
-    count = total[0];
-    mean = global_sum(ops::sum(inputs, reduced)) / count;
-    Shape broadcast(static_cast<std::size_t>(inputs.rank()), 1);
-    broadcast[static_cast<std::size_t>(axis_)] = inputs.dim(axis_);
-    variance = global_sum(ops::sum(ops::square(inputs - ops::reshape(mean, broadcast)), reduced)) / count;
-  } else {
-    mean = ops::mean(inputs, reduced);
-    Shape broadcast(static_cast<std::size_t>(inputs.rank()), 1);
-    broadcast[static_cast<std::size_t>(axis_)] = inputs.dim(axis_);
-    variance = ops::mean(ops::square(inputs - ops::reshape(mean, broadcast)), reduced);
-  }
+  Shape features_shape(static_cast<std::size_t>(inputs.rank()), 1);
+  features_shape[static_cast<std::size_t>(axis_)] = inputs.dim(axis_);
+  auto along_features = [&](const Tensor& t) { return ops::reshape(t, features_shape); };
+  // Synchronized: the statistics of the global batch, every process's rows (ops::batch_mean
+  // all-reduces the sums, and sums their gradients back). Otherwise each process normalises by
+  // its own rows' statistics, as one process would by its batch's.
+  Tensor mean = options_.synchronized ? ops::batch_mean(inputs, reduced) : ops::mean(inputs, reduced);
+  Tensor variance = options_.synchronized ? ops::batch_mean(ops::square(inputs - along_features(mean)), reduced)
+                                          : ops::mean(ops::square(inputs - along_features(mean)), reduced);
   {
     NoGradGuard constant;
-    Tensor batch_mean = mean.detach(), batch_variance = variance.detach();
-    if (!options_.synchronized && batch.distributed()) {
-      // The row-weighted mean of every process's statistics (a process with no rows adds
-      // none): one all-reduce of (n * mean, n * variance, n).
-      const std::int64_t features = batch_mean.dim(0);
-      Tensor weighted = local_count > 0
-                            ? ops::concatenate({batch_mean * local_count, batch_variance * local_count,
-                                                Tensor::full({1}, local_count, batch_mean.dtype(), batch_mean.device())})
-                            : Tensor::zeros({2 * features + 1}, batch_mean.dtype(), batch_mean.device());
-      weighted = weighted.clone();
-      batch.group()->serving(weighted.device(), "BatchNormalization").all_reduce(weighted);
-      Tensor rows = ops::slice(weighted, {2 * features}, {1});
-      batch_mean = ops::slice(weighted, {0}, {features}) / rows;
-      batch_variance = ops::slice(weighted, {features}, {features}) / rows;
+    Tensor batch_mean = mean, batch_variance = variance;
+    if (!options_.synchronized) {
+      // The moving statistics follow the row-weighted mean of every process's statistics (a
+      // process with no rows adds none): each row carries its process's (mean, variance) into
+      // one batch_mean, a (rows, 2C) tensor where the activations would be (rows, H, W, C).
+      const std::int64_t features = inputs.dim(axis_);
+      Tensor statistics = ops::reshape(ops::concatenate({mean, variance}, 0), {1, 2 * features});
+      Tensor weighted = ops::batch_mean(ops::broadcast_to(statistics, {inputs.dim(0), 2 * features}), {0});
+      batch_mean = ops::slice(weighted, {0}, {features});
+      batch_variance = ops::slice(weighted, {features}, {features});
     }
     const double momentum = options_.momentum;
-    moving_mean_.assign(moving_mean_ * momentum + batch_mean * (1.0 - momentum));
-    moving_variance_.assign(moving_variance_ * momentum + batch_variance * (1.0 - momentum));
+    moving_mean_.assign(moving_mean_ * momentum + batch_mean.detach() * (1.0 - momentum));
+    moving_variance_.assign(moving_variance_ * momentum + batch_variance.detach() * (1.0 - momentum));
   }
   return normalize(inputs, mean, variance);
 }

@@ -346,6 +346,26 @@ std::vector<OpCase> all_cases() {
                      for (int i = 0; i < 24; ++i) out[(i / 4) % 3] += in[0][i] / 8.0;
                      return out;
                    }});
+  // On one process the batch's mean is the mean (its rule under a distribution: the MPI tables'
+  // synchronized BatchNormalization rows).
+  cases.push_back({"batch_mean_axes_0_2", {{2, 3, 4}},
+                   [](const auto& x) { return ops::batch_mean(x[0], {0, 2}); },
+                   [](const Inputs& in, const auto&) {
+                     Values out(3, 0.0);
+                     for (int i = 0; i < 24; ++i) out[(i / 4) % 3] += in[0][i] / 8.0;
+                     return out;
+                   }});
+  // The mask is the uniform draw of the key (the same bits in float32 and float64), kept where
+  // it reaches the rate; kept elements scaled by 1 / (1 - rate).
+  cases.push_back({"dropout", {{4, 5}},
+                   [](const auto& x) { return ops::dropout(x[0], 0.3, 77); },
+                   [](const Inputs& in, const auto& shapes) {
+                     std::vector<double> uniform =
+                         ops::random({RandomDistribution::uniform, 0.0, 1.0, 77}, shapes[0], float64).template to_vector<double>();
+                     Values out(in[0].size());
+                     for (std::size_t i = 0; i < out.size(); ++i) out[i] = uniform[i] >= 0.3 ? in[0][i] / 0.7 : in[0][i] * 0.0;
+                     return out;
+                   }});
   cases.push_back({"matmul", {{3, 4}, {4, 5}}, [](const auto& x) { return ops::matmul(x[0], x[1]); },
                    [](const Inputs& in, const auto&) { return naive_matmul(in[0], in[1], 1, 3, 4, 5, true); }});
   cases.push_back({"matmul_batched", {{2, 3, 4}, {2, 4, 5}},

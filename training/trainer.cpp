@@ -12,12 +12,12 @@
 #include "distribution/redistribute.h"
 #include "distribution/runtime.h"
 #include "distribution/step_context.h"
-#include "training/vocabulary_parallel_loss.h"
 #include "distribution/sharded_tensor.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
 #include "distribution/batch_shard.h"
-#include "distribution/batch_shard.h"
+#include "distribution/sharding_propagator.h"
+#include "engine/op_dispatch.h"
 #include "training/model_summary.h"
 #include "training/progress_bar.h"
 
@@ -113,12 +113,22 @@ Logs global_logs(const BatchShard& context, const metrics::RunningTotal& loss,
 // What on_train_batch_end gets at a batch whose logs were not read (Callback::needs_batch_logs).
 const Logs kNoLogs;
 
-// Under ModelParallel the model's output may be sharded: the metrics, predict() and every loss
-// but a vocabulary-parallel one (logits split by class, vocabulary_parallel_loss.h) see it
-// whole, in the data layout.
+// Under ModelParallel the model's output may be sharded: the metrics and predict() see it whole,
+// in the data layout.
 Tensor to_data_layout(const Tensor& outputs) {
   const distribution::ShardingContext* context = distribution::StepContext::sharding();
   return context ? context->to_data_layout(outputs) : outputs;
+}
+
+// The loss on the model's outputs as they lie: its ops follow their sharding rules as a layer's
+// do (docs/ARCHITECTURE.md, "Sharding at op dispatch"), so logits split by class stay split
+// (the softmax rule: Megatron's vocabulary-parallel cross-entropy, with no code of its own).
+Tensor loss_on_outputs(const losses::Loss& loss, const Tensor& y, const Tensor& outputs) {
+  const distribution::ShardingContext* context = distribution::StepContext::sharding();
+  if (context == nullptr || !outputs.annotation()) return loss(y, outputs);
+  distribution::ShardingPropagator propagator(*context, "loss", nullptr);
+  ShardedOpScope sharded_ops(&propagator);
+  return loss(y, outputs);
 }
 
 }  // namespace
@@ -151,11 +161,10 @@ Trainer::StepResult Trainer::train_step(const Tensor& x, const Tensor& y, double
     // Runs even on zero rows (a process may get none of a dataset's last, small batch): every
     // process then makes the same calls, so per-call state (Dropout's key) stays in step.
     Tensor outputs = model_(x, /*training=*/true);
-    // Logits split by class are not gathered for the loss (vocabulary_parallel_loss.h); the
-    // metrics, when there are any, still see them whole.
-    std::optional<Tensor> split_loss = vocabulary_parallel_loss(*model_.loss_, y, outputs);
-    Tensor predictions = split_loss && model_.metric_names_.empty() ? outputs : to_data_layout(outputs);
-    loss = split_loss ? *split_loss : (*model_.loss_)(y, predictions);
+    // The loss takes the outputs as they lie (logits split by class are not gathered for it);
+    // the metrics, when there are any, see them whole.
+    Tensor predictions = model_.metric_names_.empty() ? outputs : to_data_layout(outputs);
+    loss = loss_on_outputs(*model_.loss_, y, outputs);
     result = {x.dim(0) > 0 ? loss.detach() : Tensor(), predictions.detach()};
   }
   // Taken after the forward pass: the first call builds the model, and the variables it
@@ -416,9 +425,8 @@ std::map<std::string, double> Trainer::run_evaluation(const Tensor& x, const Ten
       Tensor x_batch = batch_rows(x, order, begin, end);
       Tensor y_batch = batch_rows(y, order, begin, end);
       Tensor outputs = model_(x_batch, /*training=*/false);
-      std::optional<Tensor> split_loss = vocabulary_parallel_loss(*model_.loss_, y_batch, outputs);
-      Tensor predictions = split_loss && batch_metrics.empty() ? outputs : to_data_layout(outputs);
-      loss_total.add(split_loss ? *split_loss : (*model_.loss_)(y_batch, predictions), count, count);
+      Tensor predictions = batch_metrics.empty() ? outputs : to_data_layout(outputs);
+      loss_total.add(loss_on_outputs(*model_.loss_, y_batch, outputs), count, count);
       for (const auto& metric : batch_metrics) metric->update(y_batch, predictions);
     }
     bool read = context.any_process(

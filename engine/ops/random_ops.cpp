@@ -1,4 +1,4 @@
-// Random tensors. No gradient: they are sources.
+// Random tensors (no gradient: they are sources) and dropout, whose mask is one.
 #include "engine/ops/op_helpers.h"
 
 namespace keras::ops {
@@ -35,6 +35,32 @@ Tensor random_slice(const RandomSpec& spec, const Shape& full_shape, const Shape
 
 Tensor random(const RandomSpec& spec, const Shape& shape, DType dtype, Device device) {
   return random_slice(spec, shape, Shape(shape.size(), 0), shape, dtype, device);
+}
+
+Tensor dropout(const Tensor& x, double rate, std::uint64_t key) {
+  if (!x.defined()) throw ValueError("dropout: x is undefined");
+  if (!(rate >= 0.0 && rate < 1.0)) throw ValueError(str("dropout: rate must be in [0, 1), got ", rate));
+  if (!is_floating(x.dtype())) {
+    throw DTypeError(str("dropout: x must be float32 or float64, got ", dtype_name(x.dtype())));
+  }
+  auto draw = [rate, key](const std::vector<Tensor>& local, const Shape& whole, const Shape& starts) {
+    const Tensor& block = local[0];
+    RandomSpec spec{RandomDistribution::uniform, 0.0, 1.0, key};
+    Tensor uniform = random_slice(spec, whole, starts, block.shape(), block.dtype(), block.device());
+    Tensor keep = cast(greater_equal(uniform, scalar_like(uniform, rate)), block.dtype());
+    return block * keep * (1.0 / (1.0 - rate));
+  };
+  // With a handler installed the draw always goes through it, annotated or not: an
+  // unannotated activation under DataParallel is this process's rows of the global batch.
+  if (sharded_op_handler() != nullptr) {
+    OpCall call{"dropout", OpFamily::random, {x},
+                [draw](const std::vector<Tensor>& local) {
+                  return draw(local, local[0].shape(), Shape(local[0].shape().size(), 0));
+                }};
+    call.draw_block = draw;
+    return detail::through_handler(std::move(call));
+  }
+  return draw({x}, x.shape(), Shape(x.shape().size(), 0));
 }
 
 }  // namespace keras::ops

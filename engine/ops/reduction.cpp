@@ -101,6 +101,23 @@ Tensor mean(const Tensor& x, const Axes& axes_in, bool keepdims) {
   return sum(x, axes_in, keepdims) * (1.0 / static_cast<double>(count));
 }
 
+Tensor batch_mean(const Tensor& x, const Axes& axes, bool keepdims) {
+  detail::check_defined(x, "batch_mean", "x");
+  std::vector<int> normal = detail::normalize_axes(axes, x.rank(), "batch_mean");
+  if (std::find(normal.begin(), normal.end(), 0) == normal.end()) {
+    throw ValueError(str("batch_mean: the axes ", shape_to_string(axes), " of a tensor of shape ",
+                         shape_to_string(x.shape()), " must include 0, the batch"));
+  }
+  // With a handler installed the mean always goes through it, annotated or not: an
+  // unannotated activation under DataParallel is this process's rows of the global batch.
+  if (sharded_op_handler() != nullptr) {
+    return detail::through_handler({"batch_mean", OpFamily::batch, {x},
+                                    [axes, keepdims](const std::vector<Tensor>& local) { return mean(local[0], axes, keepdims); },
+                                    axes, keepdims});
+  }
+  return mean(x, axes, keepdims);
+}
+
 Tensor var(const Tensor& x, const Axes& axes, bool keepdims) {
   if (detail::goes_through_handler({&x})) {
     return detail::through_handler({"var", OpFamily::reduction, {x},

@@ -92,10 +92,7 @@ Tensor transpose(const Tensor& x, const std::vector<std::int64_t>& permutation_i
 
 Tensor expand_dims(const Tensor& x, std::int64_t axis_in) {
   detail::check_defined(x, "expand_dims", "x");
-  if (detail::goes_through_handler({&x})) {
-    return detail::through_handler({"expand_dims", OpFamily::other, {x},
-                                    [axis_in](const std::vector<Tensor>& local) { return expand_dims(local[0], axis_in); }});
-  }
+  // A reshape of the shape the caller sees (global on a sharded tensor): the reshape rule applies.
   int axis = normalize_axis(axis_in, x.rank() + 1, "expand_dims");
   Shape shape = x.shape();
   shape.insert(shape.begin() + axis, 1);
@@ -104,10 +101,7 @@ Tensor expand_dims(const Tensor& x, std::int64_t axis_in) {
 
 Tensor squeeze(const Tensor& x, std::int64_t axis_in) {
   detail::check_defined(x, "squeeze", "x");
-  if (detail::goes_through_handler({&x})) {
-    return detail::through_handler({"squeeze", OpFamily::other, {x},
-                                    [axis_in](const std::vector<Tensor>& local) { return squeeze(local[0], axis_in); }});
-  }
+  // A reshape of the shape the caller sees (global on a sharded tensor): the reshape rule applies.
   int axis = normalize_axis(axis_in, x.rank(), "squeeze");
   if (x.shape()[axis] != 1) {
     throw ShapeError(str("squeeze: axis ", axis, " of shape ", shape_to_string(x.shape()),
@@ -121,8 +115,9 @@ Tensor squeeze(const Tensor& x, std::int64_t axis_in) {
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   detail::check_defined(x, "broadcast_to", "x");
   if (detail::goes_through_handler({&x})) {
-    return detail::through_handler({"broadcast_to", OpFamily::other, {x},
-                                    [shape](const std::vector<Tensor>& local) { return broadcast_to(local[0], shape); }});
+    return detail::through_handler({"broadcast_to", OpFamily::broadcast, {x},
+                                    [shape](const std::vector<Tensor>& local) { return broadcast_to(local[0], shape); },
+                                    {}, false, {}, shape});
   }
   Shape result = broadcast_shapes(x.shape(), shape, "broadcast_to");
   if (result != shape) {
@@ -144,8 +139,9 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
 
 Tensor slice(const Tensor& x, const Shape& starts, const Shape& sizes_in) {
   if (detail::goes_through_handler({&x})) {
-    return detail::through_handler({"slice", OpFamily::other, {x},
-                                    [starts, sizes_in](const std::vector<Tensor>& local) { return slice(local[0], starts, sizes_in); }});
+    return detail::through_handler({"slice", OpFamily::slice, {x},
+                                    [starts, sizes_in](const std::vector<Tensor>& local) { return slice(local[0], starts, sizes_in); },
+                                    starts, false, {}, sizes_in});
   }
   detail::check_defined(x, "slice", "x");
   int rank = x.rank();
@@ -267,8 +263,9 @@ Tensor take(const Tensor& x, const Tensor& indices, std::int64_t axis_in) {
 Tensor one_hot(const Tensor& indices, std::int64_t depth, DType dtype) {
   detail::check_defined(indices, "one_hot", "indices");
   if (detail::goes_through_handler({&indices})) {
-    return detail::through_handler({"one_hot", OpFamily::other, {indices},
-                                    [depth, dtype](const std::vector<Tensor>& local) { return one_hot(local[0], depth, dtype); }});
+    return detail::through_handler({"one_hot", OpFamily::one_hot, {indices},
+                                    [depth, dtype](const std::vector<Tensor>& local) { return one_hot(local[0], depth, dtype); },
+                                    {}, false, {}, {depth}});
   }
   if (depth <= 0) throw ValueError(str("one_hot: depth must be positive, got ", depth));
   if (indices.dtype() != int32 && indices.dtype() != int64) {

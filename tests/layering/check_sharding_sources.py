@@ -8,8 +8,8 @@ Checks, from the sources:
      or a report needs it (READS_DISTRIBUTION), never per layer call (the trainer's batch shards
      read it in distribution/batch_shard.cpp, once per fit);
   3. no file of layers/ or training/ has a sharded path of its own (call_sharded) or calls a
-     communicator, except the trainer's (TRAINING_AND_SAVING) and the ones listed in
-     NOT_YET_MOVED, which is to shrink to nothing: a file added with either fails here.
+     communicator, except the trainer's (TRAINING_AND_SAVING): a file added with either fails
+     here.
 
 usage: check_sharding_sources.py SOURCE_DIR
 """
@@ -21,13 +21,6 @@ READS_DISTRIBUTION = {
     "layers/variable_creation.cpp",   # a variable's layout, once at its creation
     "layers/layer.cpp",               # clear_session() resets it
     "training/model_summary.cpp",     # summary() and fit()'s plan warnings
-}
-# Layer files that still compute on local blocks themselves, or issue collectives by hand.
-NOT_YET_MOVED = {
-    "layers/basic_layers.cpp",               # Dropout draws its block of the mask itself
-    "layers/multi_head_attention.cpp",       # dot-product attention moves q, k, v by its rule itself
-    "layers/batch_normalization.cpp",        # synchronized statistics
-    "training/vocabulary_parallel_loss.cpp", # logits split by class
 }
 # Where collectives belong besides redistribute(): the trainer's sums and the files' agreement.
 TRAINING_AND_SAVING = {
@@ -71,8 +64,6 @@ def main():
                 continue
             if DISTRIBUTION_READ.search(code) and relative not in READS_DISTRIBUTION:
                 problems.append(f"{where} reads the global distribution(); read the step context")
-            if relative in NOT_YET_MOVED:
-                continue
             if CALL_SHARDED.search(code):
                 problems.append(f"{where} has a sharded path of its own; write the layer once, with ops")
             if COMMUNICATOR.search(code) and relative not in TRAINING_AND_SAVING:
@@ -80,8 +71,6 @@ def main():
                                 "and the rules")
     for problem in problems:
         print(problem)
-    print(f"{len(NOT_YET_MOVED)} layer files still have a sharded path or collectives of their own: "
-          + ", ".join(sorted(NOT_YET_MOVED)))
     return 1 if problems else 0
 
 

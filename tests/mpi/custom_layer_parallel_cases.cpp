@@ -32,8 +32,11 @@ class HeadMixer : public Layer {
     down_ = add_weight("down", {16, 8}, initializers::glorot_uniform());
   }
   Tensor call(const Tensor& x, bool) override {
-    Tensor heads = ops::reshape(ops::matmul(x, up_), {-1, 4, 4});
-    Tensor swapped = ops::reshape(ops::transpose(heads, {0, 2, 1}), {-1, 16});
+    // Written on whole shapes: h.shape() is (batch, 16) on any mesh, as one process sees it.
+    Tensor h = ops::matmul(x, up_);
+    const std::int64_t heads = 4, size = h.dim(1) / heads;
+    Tensor grid = ops::reshape(h, {h.dim(0), heads, size});
+    Tensor swapped = ops::reshape(ops::transpose(grid, {0, 2, 1}), {grid.dim(0), heads * size});
     return ops::tanh(ops::matmul(swapped, down_));
   }
 
@@ -71,7 +74,9 @@ class SoftmaxFeatures : public Layer {
   Tensor kernel_;
 };
 
-// Ops no sharding rule covers: a slice of the sharded axis and a maximum over a window of it.
+// Ops whose rules cannot keep the splits they get: slices that cut the split axis (the rule makes
+// it whole first), and a reshape whose split dimension is the inner one of its group (the
+// transposed grid's), which no rule covers: gathered, and said.
 class NoRule : public Layer {
  public:
   NoRule() : Layer("no_rule", "unruled") {}
@@ -79,10 +84,11 @@ class NoRule : public Layer {
     kernel_ = add_weight("kernel", {input_shape.back(), 16}, initializers::glorot_uniform());
   }
   Tensor call(const Tensor& x, bool) override {
-    Tensor h = ops::matmul(x, kernel_);
+    Tensor h = ops::matmul(x, kernel_);  // (batch, 16), its columns split
     Tensor first = ops::slice(h, {0, 0}, {-1, 12});
     Tensor last = ops::slice(h, {0, 4}, {-1, 12});
-    return ops::maximum(first, last);
+    Tensor transposed = ops::transpose(ops::reshape(h, {-1, 4, 4}), {0, 2, 1});
+    return ops::concatenate({ops::maximum(first, last), ops::reshape(transposed, {-1, 16})}, -1);
   }
 
  private:

@@ -357,6 +357,53 @@ TEST(ModelParallelMemory, ShardedVariablesAndTheirMomentsAreOneNth) {
   kd::set_distribution(nullptr);
 }
 
+// Records what a layer's call() reads of a product whose kernel is split by columns.
+class ShapeProbe : public Layer {
+ public:
+  ShapeProbe() : Layer("shape_probe", "probe") {}
+  void build(const Shape& input_shape) override {
+    kernel_ = add_weight("kernel", {input_shape.back(), 16}, initializers::glorot_uniform());
+  }
+  Tensor call(const Tensor& x, bool) override {
+    Tensor h = ops::matmul(x, kernel_);
+    seen = {kernel_.shape(), h.shape(), h.local_shape(), h.local().shape()};
+    rows = h.dim(0);
+    elements = h.size();
+    return h;
+  }
+  std::vector<Shape> seen;
+  std::int64_t rows = 0, elements = 0;
+
+ private:
+  Tensor kernel_;
+};
+
+// Inside call() shape() is the whole shape (the batch this process's rows), as DTensor's;
+// local_shape() and local() give this process's block; outside call(), the block's.
+TEST(ModelParallelShapes, CallReadsWholeShapesAndLocalGivesTheBlock) {
+  clear_session();
+  auto map = std::make_shared<kd::LayoutMap>(model_axis(size()));
+  (*map)[".*probe/kernel"] = {std::nullopt, "model"};
+  kd::set_distribution(std::make_shared<kd::ModelParallel>(map));
+  auto probe = std::make_shared<ShapeProbe>();
+  Tensor x = inputs_for_tests();
+  Tensor out = (*probe)(x, false);
+  const std::int64_t columns = 16 / size();
+  ASSERT_EQ(probe->seen.size(), 4u);
+  EXPECT_EQ(probe->seen[0], (Shape{6, 16})) << "a split variable reads whole";
+  EXPECT_EQ(probe->seen[1], (Shape{kBatch, 16})) << "a split activation reads whole";
+  EXPECT_EQ(probe->seen[2], (Shape{kBatch, columns}));
+  EXPECT_EQ(probe->seen[3], (Shape{kBatch, columns})) << "local() is the block, unannotated";
+  EXPECT_EQ(probe->rows, kBatch);
+  EXPECT_EQ(probe->elements, kBatch * 16) << "size() follows shape()";
+  // Outside any call a tensor's shape is its stored block's (the output keeps the product's
+  // column split: the LayoutMap gives no layout for it).
+  EXPECT_EQ(out.shape(), (Shape{kBatch, columns}));
+  EXPECT_EQ(out.shape(), out.local_shape());
+  kd::set_distribution(nullptr);
+  clear_session();
+}
+
 TEST(ModelParallelErrors, EachBadLayoutGetsItsMessage) {
   auto build_with = [](const std::function<void(kd::LayoutMap&)>& layouts, const kd::DeviceMesh& mesh,
                        std::int64_t units = 16) {
@@ -442,9 +489,10 @@ TEST(ModelParallelSummary, NamesTheOpsThatGatheredForWantOfARule) {
   Tensor y = ops::cast(ops::random({RandomDistribution::uniform, 0, 4, 46}, {kBatch}, float64), int64);
   model->train_on_batch(inputs_for_tests(), y);
   std::string text = model->summary_text();
-  // The product keeps the kernel's column split (the contraction rule); the slice has no rule.
-  EXPECT_NE(text.find("ops::slice in layer 'custom/unruled' has no sharding rule for an activation laid out as "
-                      "[S(0), S(1)]"),
+  // The product keeps the kernel's column split (the contraction rule), the reshape and the
+  // transpose carry it to the grid's inner dimension, where the last reshape has no rule.
+  EXPECT_NE(text.find("ops::reshape in layer 'custom/unruled' has no sharding rule for an activation laid out as "
+                      "[S(0), S(2)]"),
             std::string::npos)
       << text;
   ASSERT_FALSE(kd::gathered_operations().empty());
