@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "benchmarks/nccl_all_reduce_perf.h"
-#include "distribution/mpi/mpi_communicator.h"
-#include "distribution/runtime.h"
+#include "distribution/transports/mpi/mpi_communicator.h"
+#include "distribution/runtime/runtime.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "distribution/gloo/gloo_communicator.h"
+#include "distribution/transports/gloo/gloo_communicator.h"
 #include "keras.h"
 
 namespace {

@@ -14,8 +14,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "distribution/nccl/nccl_communicator.h"
-#include "distribution/runtime.h"
+#include "distribution/transports/nccl/nccl_communicator.h"
+#include "distribution/runtime/runtime.h"
 #include "engine/gpu_runtime.h"
 #include "keras.h"
 

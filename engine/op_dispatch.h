@@ -1,5 +1,5 @@
 // The seam through which ops on annotated tensors are handed to a higher layer. The distribution
-// module installs a handler (distribution/sharding_propagator.h) for the duration of a layer's
+// module installs a handler (distribution/sharding/sharding_propagator.h) for the duration of a layer's
 // call; every op in ops.h checks, before it touches its operands, whether a handler is installed
 // and one of its operands carries a TensorAnnotation (a sharding), and if so hands itself over:
 // its name, the family of rules that applies, the arguments a rule reads, and `compute`, the op

@@ -20,7 +20,7 @@ class Optimizer {
   void apply(const std::vector<Tensor>& variables, const std::vector<Tensor>& gradients);
   // Updates elements [offset, offset + gradient_block.size()) of `variable` (in its flat
   // order) from their gradient, with the same elements of its state: for a data-parallel
-  // process that updates only its block (distribution/gradient_reducer.h). Called after this
+  // process that updates only its block (distribution/runtime/gradient_reducer.h). Called after this
   // step's apply(), which counts the step; the state keeps the whole variable's shape.
   void apply_to_block(const Tensor& variable, std::int64_t offset, const Tensor& gradient_block);
   double learning_rate() const { return learning_rate_; }

@@ -4,7 +4,7 @@
 #pragma once
 #include <optional>
 
-#include "distribution/sharded_tensor.h"
+#include "distribution/sharding/sharded_tensor.h"
 #include "layers/activations.h"
 #include "layers/layer.h"
 

@@ -6,10 +6,10 @@
 #include <mutex>
 #include <optional>
 
-#include "distribution/distribution.h"
-#include "distribution/sharded_tensor.h"
-#include "distribution/sharding_propagator.h"
-#include "distribution/step_context.h"
+#include "distribution/api/distribution.h"
+#include "distribution/sharding/sharded_tensor.h"
+#include "distribution/sharding/sharding_propagator.h"
+#include "distribution/sharding/step_context.h"
 #include "engine/errors.h"
 #include "engine/op_dispatch.h"
 #include "layers/variable_creation.h"

@@ -1,9 +1,9 @@
 // Variable creation under the global distribution (see the header).
 #include "layers/variable_creation.h"
 
-#include "distribution/distribution.h"
-#include "distribution/runtime.h"
-#include "distribution/sharded_tensor.h"
+#include "distribution/api/distribution.h"
+#include "distribution/runtime/runtime.h"
+#include "distribution/sharding/sharded_tensor.h"
 #include "engine/errors.h"
 
 namespace keras {

@@ -4,10 +4,10 @@
 #include <exception>
 #include <optional>
 
-#include "distribution/redistribute.h"
-#include "distribution/runtime.h"
-#include "distribution/shared_outcome.h"
-#include "distribution/sharded_tensor.h"
+#include "distribution/sharding/redistribute.h"
+#include "distribution/runtime/runtime.h"
+#include "distribution/runtime/shared_outcome.h"
+#include "distribution/sharding/sharded_tensor.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
 #include "io/safetensors.h"

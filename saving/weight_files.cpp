@@ -3,7 +3,7 @@
 
 #include <utility>
 
-#include "distribution/sharded_tensor.h"
+#include "distribution/sharding/sharded_tensor.h"
 #include "engine/errors.h"
 #include "io/safetensors.h"
 #include "saving/checkpoint_files.h"

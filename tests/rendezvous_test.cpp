@@ -10,11 +10,11 @@
 #include <cstring>
 #include <thread>
 
-#include "distribution/communicator.h"
-#include "distribution/rendezvous/job_token.h"
-#include "distribution/rendezvous/store_client.h"
-#include "distribution/rendezvous/store_protocol.h"
-#include "distribution/rendezvous/store_server.h"
+#include "distribution/runtime/communicator.h"
+#include "distribution/transports/rendezvous/job_token.h"
+#include "distribution/transports/rendezvous/store_client.h"
+#include "distribution/transports/rendezvous/store_protocol.h"
+#include "distribution/transports/rendezvous/store_server.h"
 #include "tests/test_helpers.h"
 
 namespace keras::distribution {

@@ -13,8 +13,8 @@
 #include <sstream>
 #include <vector>
 
-#include "distribution/runtime.h"
-#include "distribution/shared_outcome.h"
+#include "distribution/runtime/runtime.h"
+#include "distribution/runtime/shared_outcome.h"
 #include "engine/errors.h"
 #include "engine/random.h"
 #include "saving/checkpoint_files.h"

@@ -6,7 +6,7 @@
 #include <regex>
 
 #include "engine/errors.h"
-#include "distribution/runtime.h"
+#include "distribution/runtime/runtime.h"
 #include "training/model.h"
 #include "saving/weight_files.h"
 

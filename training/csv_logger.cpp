@@ -8,8 +8,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "distribution/runtime.h"
-#include "distribution/shared_outcome.h"
+#include "distribution/runtime/runtime.h"
+#include "distribution/runtime/shared_outcome.h"
 #include "engine/errors.h"
 
 namespace keras {
@@ -39,7 +39,7 @@ void CSVLogger::on_train_begin(Model&) {
   keys_.clear();
   file_.reset();
   // Process 0 writes when processes train together; every process learns whether it could
-  // (distribution/shared_outcome.h).
+  // (distribution/runtime/shared_outcome.h).
   if (distribution::processes_train_together() && distribution::process_id() != 0) {
     distribution::agree_on_failure(nullptr, str("CSVLogger: opening '", filename_, "'"));
     return;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "distribution/runtime.h"
+#include "distribution/runtime/runtime.h"
 #include "engine/errors.h"
 #include "training/model.h"
 

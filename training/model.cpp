@@ -4,8 +4,8 @@
 
 #include <cstdio>
 
-#include "distribution/gradient_reducer.h"
-#include "distribution/runtime.h"
+#include "distribution/runtime/gradient_reducer.h"
+#include "distribution/runtime/runtime.h"
 #include "engine/errors.h"
 #include "training/model_summary.h"
 #include "training/trainer.h"

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "distribution/collective_log.h"
+#include "distribution/runtime/collective_log.h"
 #include "engine/losses.h"
 #include "engine/optimizers.h"
 #include "training/callbacks.h"
 #include "layers/layer.h"
-#include "distribution/batch_shard.h"
+#include "distribution/runtime/batch_shard.h"
 #include "training/metrics.h"
 #include "training/progress_output.h"
 #include "training/training_position.h"
@@ -107,7 +107,7 @@ class Model : public Layer {
   // reduce-scatters and all-gathers of variables updated by blocks; 0 without data parallelism).
   double last_gradient_sync_seconds() const;
   // Under DataParallel each process keeps its optimizer state current only in the blocks it
-  // updates (distribution/gradient_reducer.h); this makes the state whole on every process.
+  // updates (distribution/runtime/gradient_reducer.h); this makes the state whole on every process.
   // Collective: every process of the job calls it, before the state is read or saved.
   void gather_optimizer_state();
 

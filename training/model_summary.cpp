@@ -3,10 +3,10 @@
 
 #include <cstdio>
 
-#include "distribution/distribution.h"
-#include "distribution/runtime.h"
-#include "distribution/sharded_tensor.h"
-#include "distribution/sharding_propagator.h"
+#include "distribution/api/distribution.h"
+#include "distribution/runtime/runtime.h"
+#include "distribution/sharding/sharded_tensor.h"
+#include "distribution/sharding/sharding_propagator.h"
 #include "engine/errors.h"
 #include "training/model.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "distribution/collective_log.h"
+#include "distribution/runtime/collective_log.h"
 
 namespace keras {
 

@@ -8,15 +8,15 @@
 #include <optional>
 #include <random>
 
-#include "distribution/gradient_reducer.h"
-#include "distribution/redistribute.h"
-#include "distribution/runtime.h"
-#include "distribution/step_context.h"
-#include "distribution/sharded_tensor.h"
+#include "distribution/runtime/gradient_reducer.h"
+#include "distribution/sharding/redistribute.h"
+#include "distribution/runtime/runtime.h"
+#include "distribution/sharding/step_context.h"
+#include "distribution/sharding/sharded_tensor.h"
 #include "engine/errors.h"
 #include "engine/ops.h"
-#include "distribution/batch_shard.h"
-#include "distribution/sharding_propagator.h"
+#include "distribution/runtime/batch_shard.h"
+#include "distribution/sharding/sharding_propagator.h"
 #include "engine/op_dispatch.h"
 #include "training/model_summary.h"
 #include "training/progress_bar.h"
@@ -388,7 +388,7 @@ History Trainer::fit(const Tensor& x, const Tensor& y, const FitOptions& options
     for (const auto& [name, value] : logs) history.history[name].push_back(value);
   }
   // Each process's optimizer state is current only in its blocks during training
-  // (distribution/gradient_reducer.h); after fit() it is whole, as a user reading it expects.
+  // (distribution/runtime/gradient_reducer.h); after fit() it is whole, as a user reading it expects.
   model_.gather_optimizer_state();
   for (const CallbackPtr& callback : options.callbacks) callback->on_train_end(model_);
   return history;

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "distribution/batch_shard.h"
+#include "distribution/runtime/batch_shard.h"
 #include "training/model.h"
 
 namespace keras {
@@ -29,7 +29,7 @@ class Trainer {
   void check_data(const Tensor& x, const Tensor& y, const char* what) const;
   // One optimisation step on this process's rows of a global batch; `loss_scale` is
   // local_rows / global_rows when the batch is split over processes (1 otherwise), see
-  // distribution/batch_shard.h; `rows` places this process's rows in the global batch (null when
+  // distribution/runtime/batch_shard.h; `rows` places this process's rows in the global batch (null when
   // it is not split).
   StepResult train_step(const Tensor& x, const Tensor& y, double loss_scale,
                         const BatchShard& context, const BatchShard::Rows* rows);

@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   up.name = "up";
   down.name = "down";
   // 32768 units: the up kernel is 1 MiB, so under DataParallel it is updated by blocks and its
-  // Adam state is whole only after the gather before each save (distribution/gradient_reducer.h).
+  // Adam state is whole only after the gather before each save (distribution/runtime/gradient_reducer.h).
   keras::Sequential model({kl::Dense(32768, "relu", up), kl::Dropout(0.2), kl::Dense(3, "", down)});
   model.compile(keras::optimizers::Adam(0.01),
                 keras::losses::SparseCategoricalCrossentropy(/*from_logits=*/true), {"accuracy"});

@@ -29,8 +29,8 @@
 #include <string>
 #include <thread>
 
-#include "distribution/mpi/blocking_watchdog.h"
-#include "distribution/mpi/mpi_communicator.h"
+#include "distribution/transports/mpi/blocking_watchdog.h"
+#include "distribution/transports/mpi/mpi_communicator.h"
 #include "keras.h"
 
 namespace kd = keras::distribution;

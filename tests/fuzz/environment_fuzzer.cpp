@@ -1,6 +1,6 @@
 // libFuzzer harness for the text parsers of the environment: keras::environment::parse_integer
 // and parse_seconds (engine/environment.h) and keras::distribution::parse_job_addresses
-// (distribution/runtime.h). A keras::Error is the expected outcome for bad text; any other
+// (distribution/runtime/runtime.h). A keras::Error is the expected outcome for bad text; any other
 // exception escapes and crashes the harness. Accepted values are checked against an independent
 // parse (strtoll, strtod, splitting on commas) and the stated ranges; error messages must stay
 // short whatever the text (the parsers quote and cut it).
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "distribution/runtime.h"
+#include "distribution/runtime/runtime.h"
 #include "engine/environment.h"
 #include "engine/errors.h"
 #include "fuzz_util.h"

@@ -1,5 +1,5 @@
-// libFuzzer harness for DeviceMesh, TensorLayout and LayoutMap (distribution/device_mesh.h) and
-// the Distribution classes built on them (distribution/distribution.h). The input is decoded
+// libFuzzer harness for DeviceMesh, TensorLayout and LayoutMap (distribution/api/device_mesh.h) and
+// the Distribution classes built on them (distribution/api/distribution.h). The input is decoded
 // into mesh shapes, axis names, device names, layout axes, LayoutMap keys (regular expressions)
 // and paths, then a short program of calls on them. A keras::Error is the expected outcome of a
 // bad argument; any other exception (std::regex_error included) escapes and crashes the harness.
@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "distribution/device_mesh.h"
-#include "distribution/distribution.h"
+#include "distribution/api/device_mesh.h"
+#include "distribution/api/distribution.h"
 #include "engine/errors.h"
 #include "fuzz_util.h"
 

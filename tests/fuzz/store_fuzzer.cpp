@@ -1,5 +1,5 @@
 // libFuzzer harness for the rendezvous store's request parser and table
-// (distribution/rendezvous/store_protocol.h): the input is what a stranger sends on one
+// (distribution/transports/rendezvous/store_protocol.h): the input is what a stranger sends on one
 // connection, cut into chunks as a network would, with the store's replies taken a few bytes at
 // a time as a slow reader would. The first byte picks the store: open, asking for a token with
 // the harness answering the challenge correctly first (so what follows is parsed as requests),
@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <string>
 
-#include "distribution/rendezvous/job_token.h"
-#include "distribution/rendezvous/store_protocol.h"
+#include "distribution/transports/rendezvous/job_token.h"
+#include "distribution/transports/rendezvous/store_protocol.h"
 #include "engine/errors.h"
 #include "fuzz_util.h"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "distribution/communicator.h"
+#include "distribution/runtime/communicator.h"
 #include "tests/gpu_emulation/gpu_emulation.h"
 
 namespace keras::testing {

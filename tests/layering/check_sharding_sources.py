@@ -2,11 +2,11 @@
 distribution (docs/ARCHITECTURE.md, "Sharding at op dispatch" and "The life of a training step").
 
 Checks, from the sources:
-  1. ShardingContext::current() is called only by the step context (distribution/step_context.cpp);
+  1. ShardingContext::current() is called only by the step context (distribution/sharding/step_context.cpp);
      layers and rules read StepContext::sharding();
   2. the global distribution() is read in layers/ and training/ only where a variable's creation
      or a report needs it (READS_DISTRIBUTION), never per layer call (the trainer's batch shards
-     read it in distribution/batch_shard.cpp, once per fit);
+     read it in distribution/runtime/batch_shard.cpp, once per fit);
   3. no file of layers/ or training/ has a sharded path of its own (call_sharded) or calls a
      communicator, except the trainer's (TRAINING_AND_SAVING): a file added with either fails
      here.
@@ -56,9 +56,9 @@ def main():
     for relative, path in sources(source_dir, ["engine", "distribution", "layers", "training", "saving", "io"]):
         for number, code in code_lines(path):
             where = f"{relative}:{number}"
-            if CURRENT.search(code) and relative not in ("distribution/step_context.cpp",
-                                                         "distribution/sharded_tensor.cpp",
-                                                         "distribution/sharded_tensor.h"):
+            if CURRENT.search(code) and relative not in ("distribution/sharding/step_context.cpp",
+                                                         "distribution/sharding/sharded_tensor.cpp",
+                                                         "distribution/sharding/sharded_tensor.h"):
                 problems.append(f"{where} calls ShardingContext::current(); read StepContext::sharding()")
             if not relative.startswith(("layers/", "training/")):
                 continue

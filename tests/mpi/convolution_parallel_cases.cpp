@@ -10,7 +10,7 @@
 
 #include <cstdio>
 
-#include "distribution/sharded_tensor.h"
+#include "distribution/sharding/sharded_tensor.h"
 #include "tests/mpi/model_parallel_table.h"
 #include "tests/test_helpers.h"
 

@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <functional>
 
-#include "distribution/placement.h"
-#include "distribution/redistribute.h"
-#include "distribution/sharded_tensor.h"
-#include "distribution/sharding_propagator.h"
+#include "distribution/sharding/placement.h"
+#include "distribution/sharding/redistribute.h"
+#include "distribution/sharding/sharded_tensor.h"
+#include "distribution/sharding/sharding_propagator.h"
 #include "engine/gpu_runtime.h"
 #include "keras.h"
 #include "tests/gpu_emulation/emulated_gpu_group.h"

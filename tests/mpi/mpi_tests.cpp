@@ -7,9 +7,9 @@
 #include <chrono>
 #include <thread>
 
-#include "distribution/gradient_reducer.h"
-#include "distribution/local_gpu.h"
-#include "distribution/mpi/mpi_communicator.h"
+#include "distribution/runtime/gradient_reducer.h"
+#include "distribution/runtime/local_gpu.h"
+#include "distribution/transports/mpi/mpi_communicator.h"
 #include "engine/gpu_runtime.h"
 #include "keras.h"
 #include "tests/gpu_emulation/emulated_gpu_group.h"

@@ -11,7 +11,7 @@
 
 #include <cmath>
 
-#include "distribution/redistribute.h"
+#include "distribution/sharding/redistribute.h"
 #include "keras.h"
 #include "tests/test_helpers.h"
 

@@ -9,10 +9,10 @@
 #include <cstdlib>
 #include <memory>
 
-#include "distribution/placement.h"
-#include "distribution/redistribute.h"
-#include "distribution/runtime.h"
-#include "distribution/sharded_tensor.h"
+#include "distribution/sharding/placement.h"
+#include "distribution/sharding/redistribute.h"
+#include "distribution/runtime/runtime.h"
+#include "distribution/sharding/sharded_tensor.h"
 #include "engine/gpu_runtime.h"
 #include "keras.h"
 

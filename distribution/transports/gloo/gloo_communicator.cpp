@@ -1,0 +1,269 @@
+// Communicator over Gloo (see the header).
+#include "distribution/transports/gloo/gloo_communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+#include "distribution/runtime/collective_failure.h"
+#include "distribution/runtime/collective_signature.h"
+
+namespace keras::distribution {
+namespace {
+
+// Gloo's view of our store: its keys under `prefix`, its waits bounded by `timeout`.
+class StoreForGloo : public gloo::rendezvous::Store {
+ public:
+  StoreForGloo(KeyValueClient& client, std::string prefix, std::chrono::milliseconds timeout)
+      : client_(client), prefix_(std::move(prefix)), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    client_.set(prefix_ + "/" + key, data);
+  }
+  std::vector<char> get(const std::string& key) override {
+    return client_.get(prefix_ + "/" + key, timeout_);
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    std::vector<std::string> full;
+    for (const std::string& key : keys) full.push_back(prefix_ + "/" + key);
+    std::vector<std::string> missing = client_.wait(full, timeout);
+    if (!missing.empty()) {
+      throw CollectiveError(str("connecting the Gloo group '", prefix_, "': ", missing.size(),
+                                " process(es) never published their address (first missing key '",
+                                missing.front(), "') within ", timeout.count(), " ms"));
+    }
+  }
+
+ private:
+  KeyValueClient& client_;
+  std::string prefix_;
+  std::chrono::milliseconds timeout_;
+};
+
+gloo::AllreduceOptions::Func reduce_function(DType dtype, ReduceOperation operation) {
+  auto pick = [operation](auto tag) -> gloo::AllreduceOptions::Func {
+    using T = decltype(tag);
+    using Elementwise = void (*)(void*, const void*, const void*, size_t);
+    switch (operation) {
+      case ReduceOperation::max: return static_cast<Elementwise>(&gloo::max<T>);
+      case ReduceOperation::min: return static_cast<Elementwise>(&gloo::min<T>);
+      case ReduceOperation::sum:
+      case ReduceOperation::mean: break;
+    }
+    return static_cast<Elementwise>(&gloo::sum<T>);
+  };
+  switch (dtype) {
+    case DType::float32: return pick(float{});
+    case DType::float64: return pick(double{});
+    case DType::int32: return pick(std::int32_t{});
+    case DType::int64: return pick(std::int64_t{});
+    default: break;
+  }
+  throw DTypeError(str("collectives support float32, float64, int32 and int64, got ", dtype_name(dtype)));
+}
+
+void divide_in_place(void* data, std::int64_t count, DType dtype, int size) {
+  auto divide = [&](auto* values) {
+    for (std::int64_t i = 0; i < count; ++i) values[i] /= static_cast<std::remove_pointer_t<decltype(values)>>(size);
+  };
+  switch (dtype) {
+    case DType::float32: divide(static_cast<float*>(data)); break;
+    case DType::float64: divide(static_cast<double*>(data)); break;
+    case DType::int32: divide(static_cast<std::int32_t*>(data)); break;
+    case DType::int64: divide(static_cast<std::int64_t*>(data)); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+GlooCommunicator::GlooCommunicator(std::shared_ptr<KeyValueClient> store, const std::string& prefix,
+                                   const std::string& host, int rank, int size, std::string name)
+    : Communicator(std::move(name), rank, size), store_(std::move(store)), prefix_(prefix), host_(host) {
+  try {
+    gloo::transport::tcp::attr attributes;
+    attributes.hostname = host_;
+    device_ = gloo::transport::tcp::CreateDevice(attributes);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+    context->setTimeout(timeout_);
+    StoreForGloo gloo_store(*store_, prefix_, timeout_);
+    context->connectFullMesh(gloo_store, device_);
+    context_ = context;
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    throw CollectiveError(str("connecting ", name_, " (", size_, " processes over Gloo, this one rank ",
+                              rank_, " on ", host_, ") failed: ", error.what()));
+  }
+}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+void GlooCommunicator::fail(const std::string& message) { poison(message); }
+
+template <typename Body>
+void GlooCommunicator::guarded(const char* what, Body&& body) {
+  refuse_if_poisoned(what);
+  context_->setTimeout(timeout_);
+  try {
+    body();
+  } catch (const CollectiveError&) {
+    throw;
+  } catch (const gloo::IoException& error) {
+    fail(str(what, " over ", name_, " failed on rank ", rank_, ": a peer closed its connection or did not "
+             "answer within ", timeout_.count(), " ms (", error.what(), ")"));
+  } catch (const std::exception& error) {
+    fail(str(what, " over ", name_, " failed on rank ", rank_, ": ", error.what()));
+  }
+}
+
+std::optional<std::vector<std::int64_t>> GlooCommunicator::exchange_signatures(const Signature& mine,
+                                                                               const char* what) {
+  std::vector<std::int64_t> every(3 * static_cast<std::size_t>(size_));
+  guarded(what, [&] {
+    gloo::AllgatherOptions options(context_);
+    options.setInput(const_cast<std::int64_t*>(mine.data()), 3);
+    options.setOutput(every.data(), every.size());
+    options.setTag(next_tag());
+    gloo::allgather(options);
+  });
+  return every;
+}
+
+void GlooCommunicator::all_reduce(void* data, std::int64_t count, DType dtype, ReduceOperation operation) {
+  gloo::AllreduceOptions::Func reduce = reduce_function(dtype, operation);
+  check_signature(collective_code(CollectiveKind::all_reduce, static_cast<std::int64_t>(operation)), dtype, count, "all_reduce");
+  if (size_ == 1 || count == 0) return;
+  guarded("all_reduce", [&] {
+    gloo::AllreduceOptions options(context_);
+    // Gloo's ring reduces elementSize-byte units: describe the buffer as `count` elements of
+    // the dtype's size so the reduction sees whole numbers.
+    switch (dtype) {
+      case DType::float32: options.setOutput(static_cast<float*>(data), static_cast<std::size_t>(count)); break;
+      case DType::float64: options.setOutput(static_cast<double*>(data), static_cast<std::size_t>(count)); break;
+      case DType::int32: options.setOutput(static_cast<std::int32_t*>(data), static_cast<std::size_t>(count)); break;
+      default: options.setOutput(static_cast<std::int64_t*>(data), static_cast<std::size_t>(count)); break;
+    }
+    options.setReduceFunction(reduce);
+    options.setTag(next_tag());
+    gloo::allreduce(options);
+  });
+  if (operation == ReduceOperation::mean) divide_in_place(data, count, dtype, size_);
+}
+
+void GlooCommunicator::all_gather(const void* send, void* receive, std::int64_t count, DType dtype) {
+  reduce_function(dtype, ReduceOperation::sum);  // dtype check
+  check_signature(collective_code(CollectiveKind::all_gather), dtype, count, "all_gather");
+  std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
+  if (size_ == 1) {
+    std::memcpy(receive, send, bytes);
+    return;
+  }
+  // In place (send is this rank's block of receive): Gloo copies its input into that block, so
+  // it gets a copy rather than the block itself.
+  std::vector<char> own_block;
+  if (send == static_cast<const char*>(receive) + static_cast<std::size_t>(rank_) * bytes) {
+    own_block.assign(static_cast<const char*>(send), static_cast<const char*>(send) + bytes);
+    send = own_block.data();
+  }
+  guarded("all_gather", [&] {
+    gloo::AllgatherOptions options(context_);
+    // Gloo's allgather takes bytes as char elements; its input is only read.
+    options.setInput(const_cast<char*>(static_cast<const char*>(send)), bytes);
+    options.setOutput(static_cast<char*>(receive), bytes * static_cast<std::size_t>(size_));
+    options.setTag(next_tag());
+    gloo::allgather(options);
+  });
+}
+
+void GlooCommunicator::reduce_scatter(const void* send, void* receive, std::int64_t count, DType dtype,
+                                      ReduceOperation operation) {
+  check_signature(collective_code(CollectiveKind::reduce_scatter, static_cast<std::int64_t>(operation)), dtype, count,
+                  "reduce_scatter");
+  // Debian's Gloo has reduce-scatter only as the old per-call-setup halving-doubling class:
+  // an all-reduce of the whole buffer, then this rank's block, moves twice the bytes but runs
+  // the tuned ring.
+  std::size_t block = static_cast<std::size_t>(count) * dtype_size(dtype);
+  std::vector<char> whole(static_cast<const char*>(send),
+                          static_cast<const char*>(send) + block * static_cast<std::size_t>(size_));
+  if (size_ > 1) {
+    gloo::AllreduceOptions::Func reduce = reduce_function(dtype, operation);
+    guarded("reduce_scatter", [&] {
+      gloo::AllreduceOptions options(context_);
+      std::size_t elements = static_cast<std::size_t>(count) * static_cast<std::size_t>(size_);
+      switch (dtype) {
+        case DType::float32: options.setOutput(reinterpret_cast<float*>(whole.data()), elements); break;
+        case DType::float64: options.setOutput(reinterpret_cast<double*>(whole.data()), elements); break;
+        case DType::int32: options.setOutput(reinterpret_cast<std::int32_t*>(whole.data()), elements); break;
+        default: options.setOutput(reinterpret_cast<std::int64_t*>(whole.data()), elements); break;
+      }
+      options.setReduceFunction(reduce);
+      options.setTag(next_tag());
+      gloo::allreduce(options);
+    });
+  }
+  std::memcpy(receive, whole.data() + block * static_cast<std::size_t>(rank_), block);
+  if (operation == ReduceOperation::mean) divide_in_place(receive, count, dtype, size_);
+}
+
+void GlooCommunicator::broadcast(void* data, std::int64_t count, DType dtype, int root) {
+  if (root < 0 || root >= size_) {
+    throw ValueError(str("broadcast over ", name_, ": root ", root, " is not a rank of this group of ", size_));
+  }
+  check_signature(collective_code(CollectiveKind::broadcast, root), dtype, count, "broadcast");
+  if (size_ == 1) return;
+  guarded("broadcast", [&] {
+    gloo::BroadcastOptions options(context_);
+    options.setOutput(static_cast<char*>(data), static_cast<std::size_t>(count) * dtype_size(dtype));
+    options.setRoot(root);
+    options.setTag(next_tag());
+    gloo::broadcast(options);
+  });
+}
+
+void GlooCommunicator::barrier() {
+  check_signature(collective_code(CollectiveKind::barrier), DType::int64, 0, "barrier");
+}
+
+std::shared_ptr<Communicator> GlooCommunicator::split(int color, int key, const std::string& name) {
+  std::int64_t mine[3] = {color, key, rank_};
+  std::vector<std::int64_t> every(3 * static_cast<std::size_t>(size_));
+  check_signature(collective_code(CollectiveKind::split), DType::int64, 3, "split");
+  guarded("split", [&] {
+    gloo::AllgatherOptions options(context_);
+    options.setInput(mine, 3);
+    options.setOutput(every.data(), every.size());
+    options.setTag(next_tag());
+    gloo::allgather(options);
+  });
+  std::vector<std::tuple<std::int64_t, std::int64_t>> members;  // (key, rank) of my color
+  for (int r = 0; r < size_; ++r) {
+    if (every[3 * r] == color) members.emplace_back(every[3 * r + 1], every[3 * r + 2]);
+  }
+  std::sort(members.begin(), members.end());
+  int new_rank = 0;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (std::get<1>(members[i]) == rank_) new_rank = static_cast<int>(i);
+  }
+  int number = splits_++;
+  auto size = static_cast<int>(members.size());
+  if (size == 1) return std::make_shared<LocalCommunicator>(name);
+  auto group = std::make_shared<GlooCommunicator>(store_, str(prefix_, "/split", number, "/color", color), host_,
+                                                  new_rank, size, name);
+  group->set_timeout(timeout_);
+  group->set_signature_checks(signature_checks());
+  return group;
+}
+
+}  // namespace keras::distribution
