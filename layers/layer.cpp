@@ -70,6 +70,20 @@ distribution::TensorLayoutPtr Layer::output_layout(const distribution::ShardingC
   return sharded.active->get_tensor_layout(path() + "/output");
 }
 
+namespace {
+
+// What a call hands back. Called by user code outside any step (model(x) in a hand-written loop),
+// a layer gives its output whole, in the data layout: there no handler is installed, so a
+// sharded output would reach the user's ops as a block that looks whole (docs/ARCHITECTURE.md,
+// "Sharding at op dispatch"). Inside a step (the trainer's, or another layer's call) it stays as
+// it lies: the next layer's ops and the loss follow their rules.
+Tensor handed_out(const Tensor& outputs, const distribution::StepContext& step,
+                  const distribution::ShardingContext& sharded) {
+  return step.outermost() ? sharded.to_data_layout(outputs) : outputs;
+}
+
+}  // namespace
+
 Tensor Layer::run_call(const std::function<Tensor()>& body) {
   built_ = true;
   // The call's own bookkeeping (placing the output) reads stored blocks: no handler, even
@@ -85,7 +99,7 @@ Tensor Layer::run_call(const std::function<Tensor()>& body) {
     ShardedOpScope sharded_ops(&propagator);
     outputs = body();
   }
-  return place_output(outputs, sharded, layout);
+  return handed_out(place_output(outputs, sharded, layout), step_context, *sharded);
 }
 
 Tensor Layer::operator()(const Tensor& inputs, bool training) {
@@ -116,7 +130,7 @@ Tensor Layer::operator()(const Tensor& inputs, bool training) {
     ShardedOpScope sharded_ops(&propagator);
     outputs = call(local, training);
   }
-  return place_output(outputs, sharded, layout);
+  return handed_out(place_output(outputs, sharded, layout), step_context, *sharded);
 }
 
 std::string Layer::class_name() const {

@@ -23,6 +23,9 @@ class StepContext {
   // The open step's sharding context; null when no step is open, or when the distribution does
   // not engage the layers (none, one process, or a mesh of another size than the job).
   static const ShardingContext* sharding();
+  // Whether this context opened the step (no other was open on the thread): a layer called so
+  // is called by user code outside any step, which gets its output whole (the data layout).
+  bool outermost() const { return outermost_; }
 
  private:
   bool outermost_ = false;

@@ -379,7 +379,7 @@ class ShapeProbe : public Layer {
 };
 
 // Inside call() shape() is the whole shape (the batch this process's rows), as DTensor's;
-// local_shape() and local() give this process's block; outside call(), the block's.
+// local_shape() and local() give this process's block; outside any step the output is whole.
 TEST(ModelParallelShapes, CallReadsWholeShapesAndLocalGivesTheBlock) {
   clear_session();
   auto map = std::make_shared<kd::LayoutMap>(model_axis(size()));
@@ -396,10 +396,11 @@ TEST(ModelParallelShapes, CallReadsWholeShapesAndLocalGivesTheBlock) {
   EXPECT_EQ(probe->seen[3], (Shape{kBatch, columns})) << "local() is the block, unannotated";
   EXPECT_EQ(probe->rows, kBatch);
   EXPECT_EQ(probe->elements, kBatch * 16) << "size() follows shape()";
-  // Outside any call a tensor's shape is its stored block's (the output keeps the product's
-  // column split: the LayoutMap gives no layout for it).
-  EXPECT_EQ(out.shape(), (Shape{kBatch, columns}));
-  EXPECT_EQ(out.shape(), out.local_shape());
+  // Called by user code outside any step, the layer hands its output back whole (the data
+  // layout), never a block that looks whole: the product's columns were gathered.
+  EXPECT_FALSE(out.annotation());
+  EXPECT_EQ(out.shape(), (Shape{kBatch, 16}));
+  EXPECT_EQ(out.local_shape(), (Shape{kBatch, 16}));
   kd::set_distribution(nullptr);
   clear_session();
 }
