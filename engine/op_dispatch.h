@@ -35,6 +35,7 @@ enum class OpFamily {
   broadcast,     // broadcast_to: `shape` the target
   one_hot,       // operand 0 the indices, `shape` holds the depth
   batch,         // batch_mean: a mean over `axes` (0 among them) of every process's rows
+  assign,        // Tensor::assign: operand 0 the target, operand 1 the new value
   other,         // no rule yet: the handler gathers the operands and says so
 };
 

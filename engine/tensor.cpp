@@ -102,6 +102,7 @@ Tensor Tensor::local() const {
   check_defined("Tensor::local");
   if (!impl_->annotation) return *this;
   Tensor block = detach();
+  block.set_annotation(nullptr);
   return record_gradient(block, "local_block", {*this},
                          [](const Tensor& gradient) { return std::vector<Tensor>{gradient}; });
 }
@@ -216,11 +217,22 @@ Tensor Tensor::detach() const {
   impl->storage = impl_->storage;
   impl->shape = impl_->shape;
   impl->dtype = impl_->dtype;
+  impl->annotation = impl_->annotation;  // the same block of the same tensor, as DTensor's detach()
   return Tensor(std::move(impl));
 }
 
 void Tensor::assign(const Tensor& source) {
   check_defined("Tensor::assign");
+  // Inside a layer's call a value laid out otherwise than its target (a variable split by its
+  // layout, a statistic computed on blocks) first moves to the target's layout (op_dispatch.h).
+  if (ops::detail::goes_through_handler({this, &source})) {
+    ops::detail::through_handler({"assign", OpFamily::assign, {*this, source}, [](const std::vector<Tensor>& local) {
+                                    Tensor target = local[0];
+                                    target.assign(local[1]);
+                                    return target;
+                                  }});
+    return;
+  }
   ShardedOpScope stored_blocks(nullptr);  // blocks are copied: a variable's and its new value's
   if (source.shape() != shape()) {
     throw ShapeError(str("cannot assign a tensor of shape ", shape_to_string(source.shape()),

@@ -94,8 +94,9 @@ class Tensor {
   Tensor to(Device device) const;
   Tensor astype(DType dtype) const;  // differentiable between floating dtypes
   Tensor clone() const;              // a new tensor with a copy of the data, no graph
-  Tensor detach() const;             // same data, cut from the graph
-  // Copies `source` (same shape and dtype) into this tensor's storage, outside autograd.
+  Tensor detach() const;             // same data (and annotation), cut from the graph
+  // Copies `source` (same shape and dtype) into this tensor's storage, outside autograd. Inside
+  // a layer's call under a distribution, `source` first moves to this tensor's layout.
   void assign(const Tensor& source);
 
   // Autograd.

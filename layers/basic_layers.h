@@ -15,7 +15,6 @@ class Activation : public Layer {
   explicit Activation(const std::string& activation, const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
   // Element-wise activations keep a sharded input as it is; softmax gets the data layout.
-  bool accepts_sharded_inputs() const override { return elementwise_; }
 
  private:
   activations::ActivationFn activation_;
@@ -35,7 +34,6 @@ class ReLU : public Layer {
  public:
   explicit ReLU(ReLUOptions options = {});
   Tensor call(const Tensor& inputs, bool training) override;
-  bool accepts_sharded_inputs() const override { return true; }
   std::string class_name() const override { return "ReLU"; }
 
  private:
@@ -47,7 +45,6 @@ class Rescaling : public Layer {
  public:
   explicit Rescaling(double scale, double offset = 0.0, const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
-  bool accepts_sharded_inputs() const override { return true; }
 
  private:
   double scale_, offset_;
@@ -84,7 +81,6 @@ class Dropout : public Layer {
   explicit Dropout(double rate, std::optional<std::uint64_t> seed = std::nullopt,
                    const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
-  bool accepts_sharded_inputs() const override { return true; }
   std::vector<std::uint64_t> random_counters() const override { return {calls_}; }
   void set_random_counters(const std::vector<std::uint64_t>& counters) override;
 
@@ -141,7 +137,6 @@ class LayerNormalization : public Layer {
                               const std::string& name = "");
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& inputs, bool training) override;
-  bool accepts_sharded_inputs() const override { return true; }
 
  private:
   double epsilon_;

@@ -34,7 +34,6 @@ class Conv2D : public Layer {
   Conv2D(std::int64_t filters, std::vector<std::int64_t> kernel_size, Conv2DOptions options = {});
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& inputs, bool training) override;
-  bool accepts_sharded_inputs() const override { return true; }
   std::string class_name() const override { return "Conv2D"; }
   const Tensor& kernel() const { return kernel_; }
   const Tensor& bias() const { return bias_; }

@@ -21,7 +21,6 @@ class Dense : public Layer {
                  DenseOptions options = {});
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& inputs, bool training) override;
-  bool accepts_sharded_inputs() const override { return true; }
   std::int64_t units() const { return units_; }
   const Tensor& kernel() const { return kernel_; }
   const Tensor& bias() const { return bias_; }

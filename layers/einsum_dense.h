@@ -25,7 +25,6 @@ class EinsumDense : public Layer {
   EinsumDense(std::string equation, Shape output_shape, EinsumDenseOptions options = {});
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& inputs, bool training) override;
-  bool accepts_sharded_inputs() const override { return true; }
   const std::string& equation() const { return equation_; }
   const Tensor& kernel() const { return kernel_; }
   const Tensor& bias() const { return bias_; }

@@ -104,23 +104,17 @@ Tensor Layer::run_call(const std::function<Tensor()>& body) {
 
 Tensor Layer::operator()(const Tensor& inputs, bool training) {
   if (!inputs.defined()) throw ValueError(str("layer '", name_, "' was called on an undefined tensor"));
-  // The call's own bookkeeping (gathering inputs, placing the output) reads stored blocks: no
-  // handler, even when this layer is called inside another's call.
+  // The call's own bookkeeping (placing the output) reads stored blocks: no handler, even when
+  // this layer is called inside another's call.
   ShardedOpScope bookkeeping(nullptr);
   distribution::StepContext step_context;  // joins the trainer's, or resolves the sharding for this call
   const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
-  Tensor local = inputs;
-  gathered_input_ = false;
-  if (sharded && !accepts_sharded_inputs()) {
-    std::optional<distribution::Sharding> given = distribution::sharding_of(inputs);
-    gathered_input_ = given && !(*given == sharded->data_sharding(inputs.shape()));
-    local = sharded->to_data_layout(inputs);
-  }
+  // The input as it lies: call() is written on whole tensors and its ops follow their rules.
   if (!built_) {
-    build(sharded ? sharded->logical_shape(local) : local.shape());
+    build(sharded ? sharded->logical_shape(inputs) : inputs.shape());
     built_ = true;
   }
-  if (!sharded) return place_output(call(local, training), sharded, nullptr);
+  if (!sharded) return place_output(call(inputs, training), sharded, nullptr);
   // Every op of call() on a sharded operand (this layer's sharded weights, a sharded activation)
   // goes through the propagator: it follows the op's rule or gathers (docs/ARCHITECTURE.md).
   distribution::TensorLayoutPtr layout = output_layout(*sharded);  // one LayoutMap lookup a call
@@ -128,7 +122,7 @@ Tensor Layer::operator()(const Tensor& inputs, bool training) {
   Tensor outputs;
   {
     ShardedOpScope sharded_ops(&propagator);
-    outputs = call(local, training);
+    outputs = call(inputs, training);
   }
   return handed_out(place_output(outputs, sharded, layout), step_context, *sharded);
 }

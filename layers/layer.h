@@ -53,10 +53,6 @@ class Layer {
   virtual Tensor call(const Tensor& inputs, bool training) = 0;
   // Creates the weights for inputs of this shape. The default creates none.
   virtual void build(const Shape& input_shape);
-  // Whether call() understands sharded inputs (reads their sharding and computes on local
-  // blocks). Layers that do not get theirs in the data layout: correct, at the price of a
-  // gather, never silently wrong. Models pass inputs through to their layers.
-  virtual bool accepts_sharded_inputs() const { return false; }
   // Whether call() in training runs collectives over the batch axis whose gradients run
   // collectives in the backward pass too (synchronized BatchNormalization): the trainer then
   // keeps its gradient all-reduces out of the backward pass, so that the two never interleave
@@ -87,9 +83,6 @@ class Layer {
   // The output shape of the last call, batch dimension -1 (Keras' None), global under
   // ModelParallel; empty before the first call.
   const Shape& output_shape() const { return output_shape_; }
-  // Whether the last call had to move a sharded input to the data layout first (a gather on
-  // every step: model.summary() and fit() say so).
-  bool gathered_its_input() const { return gathered_input_; }
 
  protected:
   // Creates a weight named `name` under this layer's path. This is the single place where
@@ -134,7 +127,6 @@ class Layer {
   std::string prefix_;
   std::string parent_path_;
   Shape output_shape_;
-  bool gathered_input_ = false;
   bool built_ = false;
   bool trainable_ = true;
   std::vector<Variable> variables_;

@@ -54,7 +54,6 @@ class MultiHeadAttention : public Layer {
                     const Tensor& attention_mask = Tensor(), bool use_causal_mask = false,
                     bool training = false);
   using Layer::operator();
-  bool accepts_sharded_inputs() const override { return true; }
 
   std::int64_t num_heads() const { return num_heads_; }
   std::int64_t key_dim() const { return key_dim_; }

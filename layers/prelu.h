@@ -23,7 +23,6 @@ class PReLU : public Layer {
   explicit PReLU(PReLUOptions options = {});
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& inputs, bool training) override;
-  bool accepts_sharded_inputs() const override { return true; }
   std::string class_name() const override { return "PReLU"; }
   const Tensor& alpha() const { return alpha_; }
 

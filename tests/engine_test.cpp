@@ -12,6 +12,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/gpu_provider.h"
 #include "engine/gpu_runtime.h"
+#include "engine/op_dispatch.h"
 #include "engine/unimplemented_backend.h"
 #include "tests/test_helpers.h"
 
@@ -29,6 +30,43 @@ TEST(Tensor, HandlesShareDataAndReshapeDoesNotCopy) {
   EXPECT_EQ(c.raw_data(), a.raw_data());
   EXPECT_EQ(c.shape(), (Shape{3, 2}));
   EXPECT_EQ(a.to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}));
+}
+
+// An annotation as the distribution module sets one: a block of a (4, 6) tensor.
+struct BlockOfFourBySix : TensorAnnotation {
+  Shape whole{4, 6};
+  bool equals(const TensorAnnotation& other) const override { return dynamic_cast<const BlockOfFourBySix*>(&other); }
+  std::string to_string() const override { return "a block of (4, 6)"; }
+  const Shape& logical_shape() const override { return whole; }
+};
+struct NoRules : ShardedOpHandler {
+  Tensor dispatch(const OpCall& call) const override { return call.compute(call.operands); }
+};
+
+// shape() reads the logical shape only while a handler is installed (inside a layer's call);
+// local_shape() and local() are the stored block; detach() keeps the annotation (DTensor's).
+TEST(Tensor, ShapeIsLogicalUnderAHandlerAndLocalIsTheBlock) {
+  Tensor block = Tensor::ones({4, 3}).set_requires_grad(true);
+  block.set_annotation(std::make_shared<BlockOfFourBySix>());
+  EXPECT_EQ(block.shape(), (Shape{4, 3}));
+  NoRules handler;
+  {
+    ShardedOpScope in_a_call(&handler);
+    EXPECT_EQ(block.shape(), (Shape{4, 6}));
+    EXPECT_EQ(block.size(), 24);
+    EXPECT_EQ(block.local_shape(), (Shape{4, 3}));
+    EXPECT_EQ(block.nbytes(), 12 * sizeof(float)) << "bytes are the stored block's";
+    EXPECT_TRUE(block.detach().annotation()) << "detach() keeps the annotation";
+    Tensor local = block.local();
+    EXPECT_FALSE(local.annotation());
+    EXPECT_EQ(local.shape(), (Shape{4, 3}));
+    EXPECT_EQ(block.clone().local_shape(), (Shape{4, 3})) << "storage methods copy the block";
+    Tensor unannotated = Tensor::ones({2, 2});
+    EXPECT_EQ(unannotated.shape(), (Shape{2, 2}));
+    ops::sum(local * 2.0).backward();
+  }
+  EXPECT_EQ(block.shape(), (Shape{4, 3}));
+  EXPECT_EQ(block.grad().to_vector<float>(), std::vector<float>(12, 2.0f)) << "local()'s gradient reaches the block";
 }
 
 TEST(Tensor, RejectsWrongElementTypeAndBadShapes) {

@@ -72,7 +72,6 @@ class Model : public Layer {
  public:
   explicit Model(const std::string& name = "", const std::string& default_prefix = "functional");
   // A model hands its inputs to its layers, which decide what layout they need.
-  bool accepts_sharded_inputs() const override { return true; }
 
   template <typename O>
     requires std::derived_from<O, optimizers::Optimizer>

@@ -102,11 +102,6 @@ void collect_output_paths(Layer& layer, std::vector<std::string>& paths) {
   for (const LayerPtr& child : layer.layers()) collect_output_paths(*child, paths);
 }
 
-void collect_gathering_layers(Layer& layer, std::vector<const Layer*>& found) {
-  if (layer.gathered_its_input()) found.push_back(&layer);
-  for (const LayerPtr& child : layer.layers()) collect_gathering_layers(*child, found);
-}
-
 }  // namespace
 
 std::vector<std::string> plan_warnings(Model& model) {
@@ -128,13 +123,6 @@ std::vector<std::string> plan_warnings(Model& model) {
       }
     }
   }
-  std::vector<const Layer*> gathering;
-  collect_gathering_layers(model, gathering);
-  for (const Layer* layer : gathering) {
-    warnings.push_back(str("layer '", layer->path(), "' (", layer->class_name(), ") cannot take a "
-                           "sharded input: its input is gathered to the data layout on every step "
-                           "(counted in the all_gather row of the collectives)"));
-  }
   for (const distribution::GatheredOperation& operation : distribution::gathered_operations()) {
     if (operation.layer == model.path() || operation.layer.rfind(model.path() + "/", 0) == 0) {
       warnings.push_back(operation.to_string());
@@ -147,8 +135,7 @@ std::string summary_text(Model& model, const std::vector<distribution::Collectiv
   std::string out = str("Model: \"", model.name(), "\"\n");
   std::vector<std::vector<std::string>> rows;
   for (const LayerPtr& layer : model.layers()) {
-    std::string note = layer->gathered_its_input() ? " *" : "";
-    rows.push_back({str(layer->name(), " (", layer->class_name(), ")", note), shape_text(layer->output_shape()),
+    rows.push_back({str(layer->name(), " (", layer->class_name(), ")"), shape_text(layer->output_shape()),
                     thousands(layer->count_params())});
   }
   out += table({"Layer (type)", "Output Shape", "Param #"}, rows, {31, 22, 13}, {false, false, true});

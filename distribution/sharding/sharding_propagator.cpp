@@ -60,8 +60,18 @@ bool same_blocks(const Sharding& a, const Sharding& b) {
 Tensor without_annotation(Tensor tensor) {
   if (!tensor.annotation()) return tensor;
   Tensor alias = tensor.detach();
+  alias.set_annotation(nullptr);
   return record_gradient(alias, "local_block", {tensor},
                          [](const Tensor& gradient) { return std::vector<Tensor>{gradient}; });
+}
+
+// Whether shapes `a` and `b` broadcast together (NumPy's rule).
+bool broadcastable(const Shape& a, const Shape& b) {
+  for (std::size_t i = 1; i <= std::min(a.size(), b.size()); ++i) {
+    const std::int64_t x = a[a.size() - i], y = b[b.size() - i];
+    if (x != y && x != 1 && y != 1) return false;
+  }
+  return true;
 }
 
 // Einsum labels for a contraction: matmul's from the ranks ("aby,yz->abz", batched
@@ -186,6 +196,8 @@ Tensor ShardingPropagator::dispatch(const OpCall& call) const {
       return one_hot(call);
     case OpFamily::batch:
       return batch_mean(call);
+    case OpFamily::assign:
+      return assign(call);
     case OpFamily::other:
       break;
   }
@@ -387,10 +399,23 @@ Tensor ShardingPropagator::elementwise(const OpCall& call) const {
   for (const Tensor& operand : call.operands) {
     if (operand.rank() == rank && rank >= 1) rows = std::max(rows, operand.dim(0));
   }
+  // The annotated operands say what the output's shape is: an unannotated operand that the data
+  // layout would not fit beside them (a statistic of whole vectors, (C,) beside a replicated
+  // (C,)) is whole, not this process's rows.
+  std::optional<Shape> annotated_global;
+  for (const Tensor& operand : call.operands) {
+    if (!operand.annotation()) continue;
+    Shape shape = checked_annotation(*sharding_of(operand)).global_shape();
+    annotated_global = annotated_global ? broadcast_shapes(*annotated_global, shape, call.name) : shape;
+  }
   std::vector<Sharding> from;
   Shape global;
   for (const Tensor& operand : call.operands) {
-    from.push_back(operand_sharding(operand, rank, rows));
+    Sharding sharding = operand_sharding(operand, rank, rows);
+    if (!operand.annotation() && annotated_global && !broadcastable(sharding.global_shape(), *annotated_global)) {
+      sharding = Sharding::replicated(context_.mesh, operand.shape());
+    }
+    from.push_back(sharding);
     global = from.size() == 1 ? from.back().global_shape()
                               : broadcast_shapes(global, from.back().global_shape(), call.name);
   }
@@ -751,6 +776,26 @@ Tensor ShardingPropagator::batch_mean(const OpCall& call) const {
   Tensor summed = redistribute(local_sum, partial, whole) * (1.0 / count);
   if (context_.batch_axis_size() > 1) summed = identity_with_summed_grad(summed, context_.group(context_.batch_axis));
   return annotated(summed, whole);
+}
+
+// Tensor::assign: the new value moves to the target's layout (a variable's, from its creation;
+// an unannotated value is whole), then each process copies its block. No gradient: assign is
+// outside autograd.
+Tensor ShardingPropagator::assign(const OpCall& call) const {
+  const Tensor& target = call.operands[0];
+  const Tensor& source = call.operands[1];
+  Sharding to = sharding_of(target) ? checked_annotation(*sharding_of(target))
+                                    : Sharding::replicated(context_.mesh, target.shape());
+  Sharding from = sharding_of(source) ? checked_annotation(*sharding_of(source))
+                                      : Sharding::replicated(context_.mesh, source.shape());
+  if (from.global_shape() != to.global_shape()) {
+    throw ShapeError(str("cannot assign a tensor of shape ", shape_to_string(from.global_shape()), " to '",
+                         target.name(), "' of shape ", shape_to_string(to.global_shape())));
+  }
+  NoGradGuard outside_autograd;
+  Tensor value = without_annotation(source);
+  if (!(from == to)) value = redistribute(value, from, to);
+  return computed(call, {without_annotation(target), value});
 }
 
 Tensor ShardingPropagator::gathered(const OpCall& call) const {

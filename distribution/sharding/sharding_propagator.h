@@ -53,6 +53,7 @@ class ShardingPropagator : public ShardedOpHandler {
   Tensor broadcast(const OpCall& call) const;
   Tensor one_hot(const OpCall& call) const;
   Tensor batch_mean(const OpCall& call) const;
+  Tensor assign(const OpCall& call) const;
   Tensor split_softmax(const OpCall& call, const Sharding& from, int axis) const;
   Tensor gathered(const OpCall& call) const;
   // Runs the op on local blocks (dispatch() runs every rule with no handler installed).

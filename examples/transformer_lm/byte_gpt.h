@@ -37,7 +37,6 @@ class DecoderBlock : public keras::Layer {
     gating_ = add_layer(kl::Dense(4 * width, "gelu", named("ffw_gating")));
     linear_ = add_layer(kl::Dense(width, "", named("ffw_linear")));
   }
-  bool accepts_sharded_inputs() const override { return true; }
   Tensor call(const Tensor& x, bool training) override {
     Tensor normed = (*attention_norm_)(x, training);
     Tensor attended = (*attention_)(normed, normed, Tensor(), Tensor(), /*use_causal_mask=*/true, training);

@@ -94,7 +94,6 @@ class GemmaStyleAttention : public Layer {
     output.bias_axes = std::string(biases ? 1 : 0, 'd');
     output_ = add_layer(layers::EinsumDense("btnh,nhd->btd", {-1, 8}, output));
   }
-  bool accepts_sharded_inputs() const override { return true; }
   Tensor call(const Tensor& x, bool training) override {
     Tensor attended = layers::dot_product_attention((*query_)(x, training), (*key_)(x, training),
                                                     (*value_)(x, training), Tensor(), std::nullopt,
