@@ -1,6 +1,9 @@
 // The keras.distribution API in one process: the behaviours listed in section 12 of
 // shared/reference/keras_distribution_spec.md, with our own error texts, plus the checks Keras
 // lacks (a mesh axis used twice, layout rank, divisibility).
+#include <cstdlib>
+
+#include "distribution/runtime/launcher_variables.h"
 #include "tests/test_helpers.h"
 
 namespace keras::distribution {
@@ -262,6 +265,99 @@ TEST(Communicator, LocalGroupIsANoOp) {
   EXPECT_EQ(local.all_gather(values).shape(), (Shape{1, 3}));
   EXPECT_EQ(local.reduce_scatter(values).to_vector<float>(), (std::vector<float>{1, 2, 3}));
   expect_throw_with<ValueError>([&] { local.broadcast(values, 1); }, "root 1");
+}
+
+// Slurm's compressed node lists: the first host, its zero padding kept.
+TEST(LauncherVariables, FirstSlurmNodeOfACompressedList) {
+  EXPECT_EQ(first_slurm_node("node[03-10,12],gpu7"), "node03");
+  EXPECT_EQ(first_slurm_node("gpu7,gpu8"), "gpu7");
+  EXPECT_EQ(first_slurm_node("solo"), "solo");
+  EXPECT_EQ(first_slurm_node("rack[1-2]-node[003-010]"), "rack1-node003");
+  EXPECT_EQ(first_slurm_node("n[7]"), "n7");
+  expect_throw_with<ValueError>([] { first_slurm_node(""); }, "its first entry is empty");
+  expect_throw_with<ValueError>([] { first_slurm_node("node[03-10"); }, "a '[' without its ']'");
+  expect_throw_with<ValueError>([] { first_slurm_node("node]3"); }, "a ']' without its '['");
+  expect_throw_with<ValueError>([] { first_slurm_node("node[a-c]"); }, "does not start with a node number");
+  EXPECT_EQ(slurm_coordinator_port(0), 61440);
+  EXPECT_EQ(slurm_coordinator_port(4096 + 95), 61535);
+}
+
+// Sets environment variables for one test and restores them after.
+class ScopedVariables {
+ public:
+  ScopedVariables(std::initializer_list<std::pair<std::string, std::string>> values) {
+    for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "SLURM_STEP_NODELIST",
+                             "SLURM_NTASKS", "SLURM_PROCID", "SLURM_JOB_ID"}) {
+      const char* old = std::getenv(name);
+      saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+      unsetenv(name);
+    }
+    for (const auto& [name, value] : values) setenv(name.c_str(), value.c_str(), 1);
+  }
+  ScopedVariables(const ScopedVariables&) = delete;
+  ScopedVariables& operator=(const ScopedVariables&) = delete;
+  ~ScopedVariables() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+// torchrun's variables, then Slurm's; set in part, an error naming what is missing.
+TEST(LauncherVariables, JobFromTorchrunThenSlurm) {
+  {
+    ScopedVariables none{};
+    EXPECT_FALSE(job_from_launcher_variables());
+  }
+  {
+    ScopedVariables torchrun({{"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}, {"WORLD_SIZE", "4"}, {"RANK", "3"}});
+    std::optional<LauncherJob> job = job_from_launcher_variables();
+    ASSERT_TRUE(job);
+    EXPECT_EQ(job->coordinator, "10.0.0.1:29500");
+    EXPECT_EQ(job->num_processes, 4);
+    EXPECT_EQ(job->process_id, 3);
+  }
+  {
+    ScopedVariables slurm({{"SLURM_STEP_NODELIST", "gpu[12-13]"}, {"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "1"},
+                           {"SLURM_JOB_ID", "4097"}});
+    std::optional<LauncherJob> job = job_from_launcher_variables();
+    ASSERT_TRUE(job);
+    EXPECT_EQ(job->launcher, "Slurm");
+    EXPECT_EQ(job->coordinator, "gpu12:61441");
+    EXPECT_EQ(job->process_id, 1);
+  }
+  {
+    ScopedVariables one_task({{"SLURM_STEP_NODELIST", "gpu12"}, {"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"},
+                              {"SLURM_JOB_ID", "5"}});
+    EXPECT_FALSE(job_from_launcher_variables()) << "a step of one task is one process";
+  }
+  {
+    ScopedVariables rank_alone({{"RANK", "1"}});
+    EXPECT_FALSE(job_from_launcher_variables()) << "RANK alone is too common a name to mean a job";
+  }
+  {
+    ScopedVariables in_part({{"MASTER_ADDR", "10.0.0.1"}, {"WORLD_SIZE", "2"}});
+    expect_throw_with<ValueError>([] { job_from_launcher_variables(); }, "MASTER_PORT, RANK missing");
+  }
+  {
+    ScopedVariables bad_rank({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}, {"WORLD_SIZE", "2"}, {"RANK", "2"}});
+    expect_throw_with<ValueError>([] { job_from_launcher_variables(); }, "RANK");
+  }
+  {
+    ScopedVariables bad_port({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}, {"WORLD_SIZE", "2"}, {"RANK", "0"}});
+    expect_throw_with<ValueError>([] { job_from_launcher_variables(); }, "MASTER_PORT");
+  }
+  {
+    ScopedVariables ipv6({{"MASTER_ADDR", "fd00::1"}, {"MASTER_PORT", "29500"}, {"WORLD_SIZE", "2"}, {"RANK", "0"}});
+    EXPECT_EQ(job_from_launcher_variables()->coordinator, "[fd00::1]:29500");
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "distribution/api/distribution.h"
+#include "distribution/runtime/launcher_variables.h"
 #include "distribution/runtime/local_gpu.h"
 #include "distribution/transports/mpi/mpi_job.h"
 #include "distribution/transports/rendezvous/job_token.h"
@@ -109,6 +110,17 @@ void initialize(std::optional<std::string> job_addresses, std::optional<int> num
     // Read raw, not through environment::get (which takes empty for unset): a token variable
     // set from an empty shell variable must not quietly open the job to anyone.
     token.emplace(variable, "KERAS_DISTRIBUTION_JOB_TOKEN");
+  }
+
+  // Neither the arguments nor Keras' variables name the job: a cluster launcher's variables may
+  // (torchrun's, then Slurm's; launcher_variables.h). mpirun's job is mpirun's.
+  if (!job_addresses && !num_processes_arg && !process_id_arg && !launched_by_mpirun()) {
+    if (std::optional<LauncherJob> launched = job_from_launcher_variables()) {
+      job_addresses = launched->coordinator;
+      addresses = parse_job_addresses(*job_addresses, launched->num_processes);
+      num_processes_arg = launched->num_processes;
+      process_id_arg = launched->process_id;
+    }
   }
 
   if (launched_by_mpirun()) {

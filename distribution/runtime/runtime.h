@@ -13,7 +13,9 @@ namespace keras::distribution {
 
 // Sets up the processes. Each missing argument is read from KERAS_DISTRIBUTION_JOB_ADDRESSES,
 // KERAS_DISTRIBUTION_NUM_PROCESSES, KERAS_DISTRIBUTION_PROCESS_ID and
-// KERAS_DISTRIBUTION_JOB_TOKEN; explicit arguments win. Under mpirun, rank and size come from
+// KERAS_DISTRIBUTION_JOB_TOKEN; explicit arguments win. Where none of them names the job, a
+// cluster launcher's variables may: torchrun's (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK),
+// then Slurm's inside an srun step (distribution/runtime/launcher_variables.h). Under mpirun, rank and size come from
 // MPI and given values must agree with them. Without mpirun, processes started by hand meet at
 // the coordinator (process 0's address); with a job token (a secret every process is given,
 // distribution/transports/rendezvous/job_token.h) only processes that know it can join or read the job's

@@ -2,7 +2,8 @@
 """Starts initialize_tool processes by hand (no mpirun), as a user would in separate shells, and
 checks what each prints and how fast the job ends: the seed's own example with explicit
 arguments and with the KERAS_DISTRIBUTION_* variables (address list, or the coordinator's
-address alone), and each rendezvous error. Usage: check_rendezvous.py TOOL CASE"""
+address alone), the variables torchrun and Slurm set, and each rendezvous error.
+Usage: check_rendezvous.py TOOL CASE"""
 import os
 import re
 import socket
@@ -21,6 +22,20 @@ def start(tool, arguments=(), environment=None):
     env = dict(os.environ, KERAS_NUM_THREADS="1", **(environment or {}))
     return subprocess.Popen([tool, *arguments], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
+
+
+def free_port_above_ephemeral():
+    """A port in [61440, 65535] nothing listens on now (where Slurm jobs' coordinators go)."""
+    for candidate in range(61440 + os.getpid() % 4000, 65536):
+        probe = socket.socket()
+        try:
+            probe.bind(("127.0.0.1", candidate))
+            return candidate
+        except OSError:
+            continue
+        finally:
+            probe.close()
+    raise RuntimeError("no free port in [61440, 65535]")
 
 
 def variables(addresses, processes, process_id):
@@ -58,6 +73,26 @@ def main():
         holder.listen()
         processes = [start(tool, environment=variables(listing, 2, 0))]
         expected = [(False, rf"the coordinator cannot listen on 127\.0\.0\.1:{port}: Address already in use")]
+    elif case == "torchrun_variables":
+        # As torchrun and Kubernetes' training operators start each process.
+        processes = [start(tool, environment={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                                              "WORLD_SIZE": "2", "RANK": str(i)}) for i in range(2)]
+        expected = [(True, r"processes=2 id=0 seeds agree"), (True, r"processes=2 id=1 seeds agree")]
+    elif case == "slurm_variables":
+        # As srun -n 2 starts each process: the coordinator is the step's first node, on the
+        # port Slurm's job id gives (61440 + id % 4096): a job id whose port is free here.
+        slurm_port = free_port_above_ephemeral()
+        processes = [start(tool, environment={"SLURM_STEP_NODELIST": "127.0.0.1", "SLURM_NTASKS": "2",
+                                              "SLURM_PROCID": str(i), "SLURM_JOB_ID": str(4096 * 7 + slurm_port - 61440)})
+                     for i in range(2)]
+        expected = [(True, r"processes=2 id=0 seeds agree"), (True, r"processes=2 id=1 seeds agree")]
+    elif case == "keras_variables_win_over_launchers":
+        launcher = {"MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": "1", "WORLD_SIZE": "5", "RANK": "4"}
+        processes = [start(tool, environment=dict(launcher, **variables(f"127.0.0.1:{port}", 2, i))) for i in range(2)]
+        expected = [(True, r"processes=2 id=0 seeds agree"), (True, r"processes=2 id=1 seeds agree")]
+    elif case == "torchrun_variables_in_part":
+        processes = [start(tool, environment={"MASTER_ADDR": "127.0.0.1", "RANK": "0"})]
+        expected = [(False, r"torchrun's variables are set only in part: MASTER_PORT, WORLD_SIZE missing")]
     elif case == "unresolvable_host":
         processes = [start(tool, environment=variables("no-such-host.invalid:1234", 2, 0))]
         expected = [(False, r"the host 'no-such-host\.invalid' does not resolve")]
