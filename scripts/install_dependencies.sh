@@ -6,18 +6,23 @@
 # Gloo runs the collectives of processes started without mpirun.
 #   --plots  also installs matplotlib (python3-matplotlib), for scripts/plot_history.py and
 #            scripts/plot_all_reduce.py; neither the build nor the tests need it.
+#   --slurm  also installs slurm-wlm and munge, for the test that trains under `srun -n 2` on a
+#            one-node Slurm (scripts/slurm_single_node.sh); it skips without them.
 set -euo pipefail
 plots=0
+slurm=0
 for argument in "$@"; do
   case "$argument" in
     --plots) plots=1 ;;
-    *) echo "install_dependencies.sh: unknown argument '$argument' (known: --plots)" >&2; exit 2 ;;
+    --slurm) slurm=1 ;;
+    *) echo "install_dependencies.sh: unknown argument '$argument' (known: --plots, --slurm)" >&2; exit 2 ;;
   esac
 done
 packages=(cmake g++ make pkg-config libeigen3-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev
           libgtest-dev libbenchmark-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libpcre2-dev libgloo-dev libssl-dev fortunes
           clang-14 libclang-rt-14-dev libomp-14-dev)
 if [ "$plots" = 1 ]; then packages+=(python3-matplotlib); fi
+if [ "$slurm" = 1 ]; then packages+=(slurm-wlm munge); fi
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
