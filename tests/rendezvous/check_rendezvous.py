@@ -93,6 +93,19 @@ def main():
     elif case == "torchrun_variables_in_part":
         processes = [start(tool, environment={"MASTER_ADDR": "127.0.0.1", "RANK": "0"})]
         expected = [(False, r"torchrun's variables are set only in part: MASTER_PORT, WORLD_SIZE missing")]
+    elif case == "wrong_token_named_at_timeout":
+        # Process 1 has another token: refused on its side at once; the coordinator logs the
+        # refusal when it happens and names it when its join deadline passes.
+        environment = dict(variables(listing, 2, 0), KERAS_DISTRIBUTION_INIT_TIMEOUT_SECONDS="3",
+                           KERAS_DISTRIBUTION_JOB_TOKEN="the job's token")
+        processes = [start(tool, environment=environment)]
+        time.sleep(0.5)
+        processes.append(start(tool, environment=dict(variables(listing, 2, 1),
+                                                      KERAS_DISTRIBUTION_JOB_TOKEN="another token")))
+        expected = [(False, r"(?s)keras: the coordinator at 127\.0\.0\.1:\d+ refused a connection from 127\.0\.0\.\d:\d+ "
+                            r"\(wrong job token.*did not join the job .* within 3 s .*meanwhile the coordinator refused "
+                            r"1 connection: from 127\.0\.0\.\d:\d+ \(wrong job token"),
+                    (False, r"refused this process's job token \(wrong job token")]
     elif case == "unresolvable_host":
         processes = [start(tool, environment=variables("no-such-host.invalid:1234", 2, 0))]
         expected = [(False, r"the host 'no-such-host\.invalid' does not resolve")]

@@ -175,9 +175,13 @@ std::shared_ptr<Communicator> join_job_by_rendezvous(const std::vector<std::stri
   if (!missing.empty()) {
     std::string ids;
     for (int p : missing) ids += str(ids.empty() ? "" : ", ", p);
+    // The coordinator says whom it turned away meanwhile: a process given the wrong token is
+    // one of them, refused on its side, and this is where process 0 learns why it waited.
+    std::string refused = coordinator ? coordinator->refusals() : "";
     throw CollectiveError(str("processes ", ids, " of ", processes, " did not join the job at the coordinator ",
                               store->address(), " within ", static_cast<double>(timeout.count()) / 1000.0, " s ",
-                              "(KERAS_DISTRIBUTION_INIT_TIMEOUT_SECONDS)"));
+                              "(KERAS_DISTRIBUTION_INIT_TIMEOUT_SECONDS)",
+                              refused.empty() ? std::string() : str("; meanwhile the coordinator ", refused)));
   }
   rendezvous_store = store;
   job_monitor = std::make_unique<JobMonitor>(host, port, process_id, token);

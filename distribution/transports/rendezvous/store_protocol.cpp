@@ -149,6 +149,7 @@ void StoreSession::reply(char status, std::string_view body) {
 }
 
 void StoreSession::refuse_and_close(const std::string& reason) {
+  refusal_ = reason;
   reply(kReplyRefused, reason);
   closing_ = true;
   input_.clear();

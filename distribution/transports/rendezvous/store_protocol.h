@@ -105,6 +105,8 @@ class StoreSession {
   bool busy() const { return input_.size() > input_start_ || !output().empty(); }
   // The session is over once its output is sent (a malformed request, a wrong token).
   bool closing() const { return closing_; }
+  // Why the store refused this client (a wrong token, a malformed request), if it did.
+  const std::string& refusal() const { return refusal_; }
   std::size_t buffered() const { return input_.size() - input_start_; }
   // The largest request a session accepts, in bytes.
   std::size_t largest_request() const;
@@ -122,6 +124,7 @@ class StoreSession {
   std::size_t output_sent_ = 0;
   bool proven_ = false;
   bool closing_ = false;
+  std::string refusal_;
 };
 
 // The greeting that refuses a connection, with its reason.

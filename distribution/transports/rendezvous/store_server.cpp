@@ -8,8 +8,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <list>
 #include <vector>
@@ -27,6 +30,25 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kReadChunk = 64 * 1024;
 // New connections taken per wake-up, so a flood of them cannot starve the connected clients.
 constexpr int kAcceptsPerRound = 64;
+
+// Refusals logged one by one; past these a flood of strangers is counted, not printed.
+constexpr std::size_t kLoggedRefusals = 20;
+
+// "host:port" of the peer on `fd`, or "an unknown address".
+std::string peer_of(int fd) {
+  sockaddr_storage peer{};
+  socklen_t length = sizeof peer;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) return "an unknown address";
+  char host[INET6_ADDRSTRLEN] = {};
+  if (peer.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&peer);
+    ::inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof host);
+    return str("[", host, "]:", ntohs(v6->sin6_port));
+  }
+  const auto* v4 = reinterpret_cast<const sockaddr_in*>(&peer);
+  ::inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host);
+  return str(host, ":", ntohs(v4->sin_port));
+}
 
 struct Connection {
   Connection(int descriptor, const StoreLimits& limits, const JobToken* token)
@@ -111,6 +133,7 @@ void KeyValueServer::serve() {
   std::vector<Connection*> polled;
 
   auto drop = [&](std::list<Connection>::iterator at) {
+    if (!at->session.refusal().empty()) note_refusal(peer_of(at->fd), at->session.refusal());
     ::close(at->fd);
     return connections.erase(at);
   };
@@ -125,6 +148,7 @@ void KeyValueServer::serve() {
     return false;
   };
   auto refuse = [&](int fd, const std::string& reason) {
+    note_refusal(peer_of(fd), reason);
     std::string greeting = refusal_greeting(reason);
     if (::send(fd, greeting.data(), greeting.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
       // The stranger is gone already; nothing to tell it.
@@ -235,6 +259,28 @@ void KeyValueServer::serve() {
   }
   for (Connection& connection : connections) ::close(connection.fd);
   if (spare >= 0) ::close(spare);
+}
+
+void KeyValueServer::note_refusal(const std::string& peer, const std::string& reason) {
+  std::lock_guard lock(refusals_mutex_);
+  ++refusal_count_;
+  if (refusal_count_ > kLoggedRefusals) return;
+  std::string line = str("from ", peer, " (", reason, ")");
+  // Said when it happens: a process of the job given the wrong token is refused on its side at
+  // once, and the coordinator's log is where its operator looks for why process 0 waits.
+  std::fprintf(stderr, "keras: the coordinator at %s refused a connection %s%s\n", address_.c_str(), line.c_str(),
+               refusal_count_ == kLoggedRefusals ? "; further refusals are counted, not logged" : "");
+  std::fflush(stderr);
+  refusals_.push_back(std::move(line));
+}
+
+std::string KeyValueServer::refusals() const {
+  std::lock_guard lock(refusals_mutex_);
+  if (refusal_count_ == 0) return "";
+  std::string text = str("refused ", refusal_count_, refusal_count_ == 1 ? " connection: " : " connections: ");
+  for (std::size_t i = 0; i < refusals_.size(); ++i) text += str(i ? ", " : "", refusals_[i]);
+  if (refusal_count_ > refusals_.size()) text += str(" and ", refusal_count_ - refusals_.size(), " more");
+  return text;
 }
 
 }  // namespace keras::distribution

@@ -7,9 +7,11 @@
 // clients that prove they know it reach the table.
 #pragma once
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "distribution/transports/rendezvous/job_token.h"
 #include "distribution/transports/rendezvous/store_protocol.h"
@@ -26,9 +28,18 @@ class KeyValueServer {
   KeyValueServer(const KeyValueServer&) = delete;
   KeyValueServer& operator=(const KeyValueServer&) = delete;
   int port() const { return port_; }
+  // The connections it refused (a wrong job token, a malformed request, over a limit), each
+  // logged on stderr as it happens (the first kLoggedRefusals of them), in words for the
+  // join-timeout message: "refused 2 connections: from 127.0.0.2:40112 (wrong job token: ...), ...".
+  // Empty when it refused none.
+  std::string refusals() const;
 
  private:
   void serve();
+  void note_refusal(const std::string& peer, const std::string& reason);
+  mutable std::mutex refusals_mutex_;
+  std::vector<std::string> refusals_;  // the first kLoggedRefusals, "from <peer> (<reason>)"
+  std::size_t refusal_count_ = 0;
   StoreLimits limits_;
   std::optional<JobToken> token_;
   std::string address_;
