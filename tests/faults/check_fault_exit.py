@@ -7,6 +7,7 @@ kills the survivors for them, so the time measured is our own detection.
 Usage: check_fault_exit.py MPIRUN TOOL SCENARIO [mpi|gloo]"""
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -58,7 +59,19 @@ EXPECTED_GLOO = {
     "early_return": (60, False, [r"rank 0 issued finalize|closed its connection"]),
     "mismatch": (60, False, [r"rank 0 issued all_reduce \(sum\) of 4 float64 elements; "
                              r"rank 1 issued all_reduce \(max\) of 8 float32 elements"]),
+    # A frozen process (SIGSTOP): process 0 finds its heartbeat still, the job fails naming it;
+    # a frozen coordinator: the others' requests to its store go unanswered. The collective
+    # timeout (60 s) is not what ends them. The driver continues the frozen process afterwards,
+    # and it ends too.
+    "frozen": (60, False, [r"\[process 0\] keras: process 0 ends: process 1 stopped answering: its heartbeat",
+                           r"HEARTBEAT_TIMEOUT_SECONDS=3"]),
+    "frozen_coordinator": (60, False, [r"\[process 1\] keras: process 1 ends: process 0 \(the coordinator\) stopped "
+                                       r"answering: the coordinator at \S+ did not answer a request"]),
+    # A step longer than the heartbeat timeout is computing, not silent: the job trains.
+    "slow_step": (60, True, [r"rank 1: computing for 8 s", r"rank 0: trained", r"rank 1: trained"]),
 }
+HEARTBEAT_SECONDS = "3"
+FROZEN = {"frozen": 1, "frozen_coordinator": 0}
 
 
 def run_by_hand(tool, scenario, environment):
@@ -67,11 +80,21 @@ def run_by_hand(tool, scenario, environment):
     addresses = f"127.0.0.1:{port},127.0.0.2:{port + 1}"
     processes = []
     for process_id in range(2):
-        process_environment = dict(environment, KERAS_DISTRIBUTION_JOB_ADDRESSES=addresses,
+        process_environment = dict(environment, KERAS_DISTRIBUTION_HEARTBEAT_TIMEOUT_SECONDS=HEARTBEAT_SECONDS,
+                                   KERAS_DISTRIBUTION_JOB_ADDRESSES=addresses,
                                    KERAS_DISTRIBUTION_NUM_PROCESSES="2",
                                    KERAS_DISTRIBUTION_PROCESS_ID=str(process_id))
         processes.append(subprocess.Popen([tool, scenario], env=process_environment,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    if scenario in FROZEN:
+        # The one that froze cannot end until it runs again: wait for the other, then continue it.
+        frozen = processes[FROZEN[scenario]]
+        other = processes[1 - FROZEN[scenario]]
+        try:
+            other.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+        frozen.send_signal(signal.SIGCONT)
     results = wait_all(processes, 120)
     if results is None:
         raise subprocess.TimeoutExpired([tool, scenario], 120)
@@ -109,7 +132,7 @@ def main():
     print(output)
     failures = []
     faults = [float(value) for value in re.findall(r"fault_at=([0-9.]+)", output)]
-    if scenario != "normal":
+    if not must_succeed:  # a job that must train has no fault to time
         if not faults:
             failures.append("the tool printed no fault_at= line")
         else:

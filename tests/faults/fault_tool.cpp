@@ -117,6 +117,21 @@ int run(const std::string& scenario) {
       }
       throw;
     }
+  } else if (scenario == "frozen" || scenario == "frozen_coordinator") {
+    // A process stops (SIGSTOP: every thread, its heartbeat too), as a wedged machine or a
+    // debugger would; the test's driver continues it once the others have ended.
+    const int rank = scenario == "frozen" ? 1 : 0;
+    train(1000, {std::make_shared<FaultAt>(rank, 3, [rank] {
+                   mark_fault(rank == 1 ? "rank 1 freezes" : "rank 0 freezes");
+                   ::kill(::getpid(), SIGSTOP);
+                 })});
+  } else if (scenario == "slow_step") {
+    // One step computes for longer than the heartbeat timeout: not a dead peer.
+    train(2, {std::make_shared<FaultAt>(1, 3, [] {
+                say("computing for 8 s");
+                std::this_thread::sleep_for(std::chrono::seconds(8));
+              })});
+    say("trained");
   } else if (scenario == "early_return") {
     train(1);
     if (kd::process_id() == 0) {
@@ -170,7 +185,7 @@ int run(const std::string& scenario) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: fault_tool normal|killed|caught_error|stall|early_return|mismatch|blocked\n");
+    std::fprintf(stderr, "usage: fault_tool normal|killed|caught_error|stall|frozen|frozen_coordinator|slow_step|early_return|mismatch|blocked\n");
     return 2;
   }
   kd::initialize();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -26,40 +27,94 @@ namespace {
 std::unique_ptr<KeyValueServer> coordinator;
 std::shared_ptr<KeyValueClient> rendezvous_store;
 
-// Watches the job from a thread of its own (with its own connection to the store): when another
-// process ends after a failed collective it says so under "job/failed", and when process 0 dies
-// the store goes with it. Either way this process ends within a poll period, even if it is
-// busy computing or asleep rather than inside a collective, where Gloo itself would notice the
-// closed connections. It plays MPI_Abort's part for jobs started by hand.
+// KERAS_DISTRIBUTION_HEARTBEAT_TIMEOUT_SECONDS (default 10): how long a process may stay silent
+// before the job declares it dead. JAX's coordination service waits 100 s, PyTorch's NCCL
+// watchdog 10 minutes; a step that computes for longer is not silence (heartbeats come from a
+// thread of their own).
+std::chrono::milliseconds heartbeat_timeout() {
+  if (auto value = environment::seconds("KERAS_DISTRIBUTION_HEARTBEAT_TIMEOUT_SECONDS", 0.3, 86400)) return *value;
+  return std::chrono::seconds(10);
+}
+
+// Watches the job from a thread of its own (with its own connection to the store), playing
+// MPI_Abort's part for jobs started by hand, so that this process ends within seconds even if it
+// is busy computing or asleep rather than inside a collective (where Gloo notices closed
+// connections itself, but not a silent peer):
+// - every process writes a heartbeat ("alive/<id>", a counter) every period, and reads
+//   "job/failed", where a process that failed says why;
+// - process 0 (whose store this is) checks everyone's heartbeat every second: one that has not
+//   moved for the heartbeat timeout is a frozen process, a cut link or a machine gone, and the
+//   job fails naming it;
+// - the other processes notice process 0 itself by its store: a request unanswered for the
+//   heartbeat timeout (process 0 frozen, or this process cut off) or a closed connection.
 class JobMonitor {
  public:
-  JobMonitor(const std::string& host, int port, int process_id, const std::optional<JobToken>& token)
-      : process_id_(process_id) {
+  JobMonitor(const std::string& host, int port, int process_id, int processes, const std::optional<JobToken>& token)
+      : process_id_(process_id), processes_(processes), timeout_(heartbeat_timeout()) {
     store_ = std::make_unique<KeyValueClient>(host, port, std::chrono::steady_clock::now() + std::chrono::seconds(10),
-                                              token);
+                                              token, timeout_);
     thread_ = std::thread([this] { watch(); });
   }
   ~JobMonitor() {
     stopping_ = true;
     if (thread_.joinable()) thread_.join();
+    try {
+      store_->add(str("alive/", process_id_), kLeft);  // left the job: its silence from now on is not a fault
+    } catch (const Error&) {
+      // The coordinator is gone already: nobody is left to check.
+    }
   }
 
  private:
   // 100 ms: a failure reaches every process well inside the 10 s the fault tests allow, at
-  // one tiny request per process per period.
+  // two tiny requests per process per period; process 0 reads the heartbeats once a second.
   static constexpr std::chrono::milliseconds kPeriod{100};
+  static constexpr int kCheckEvery = 10;
+  static constexpr std::int64_t kLeft = std::int64_t{1} << 40;
   void watch() {
-    while (!stopping_) {
+    using Clock = std::chrono::steady_clock;
+    std::vector<std::int64_t> seen(static_cast<std::size_t>(processes_), -1);
+    std::vector<Clock::time_point> moved(static_cast<std::size_t>(processes_), Clock::now());
+    for (int round = 1; !stopping_; ++round) {
       std::optional<std::vector<char>> failed;
       try {
+        store_->add(str("alive/", process_id_), 1);
         failed = store_->try_get("job/failed");
-      } catch (const Error&) {
+        if (!failed && process_id_ == 0 && round % kCheckEvery == 0) {
+          for (int p = 1; p < processes_; ++p) {
+            const std::int64_t beats = store_->add(str("alive/", p), 0);
+            const auto now = Clock::now();
+            if (beats >= kLeft) continue;
+            if (beats != seen[static_cast<std::size_t>(p)]) {
+              seen[static_cast<std::size_t>(p)] = beats;
+              moved[static_cast<std::size_t>(p)] = now;
+            } else if (now - moved[static_cast<std::size_t>(p)] >= timeout_) {
+              fail(str("process ", p, " stopped answering: its heartbeat (written every ",
+                       static_cast<double>(kPeriod.count()) / 1000.0, " s by a thread of its own) has not moved for ",
+                       seconds(now - moved[static_cast<std::size_t>(p)]), " s (KERAS_DISTRIBUTION_HEARTBEAT_TIMEOUT_SECONDS=",
+                       seconds(timeout_), "): it is frozen, cut off from the coordinator, or its machine is gone"));
+            }
+          }
+        }
+      } catch (const Error& error) {
         if (stopping_) return;
-        end("the coordinator (process 0) is gone: its store at " + store_->address() + " closed");
+        end(str("process 0 (the coordinator) stopped answering: ", error.what()));
       }
-      if (failed) end("another process ended after a failed collective: " + std::string(failed->begin(), failed->end()));
+      if (failed) end("another process ended the job: " + std::string(failed->begin(), failed->end()));
       std::this_thread::sleep_for(kPeriod);
     }
+  }
+  static double seconds(std::chrono::steady_clock::duration duration) {
+    return std::round(std::chrono::duration<double>(duration).count() * 10.0) / 10.0;
+  }
+  [[noreturn]] void fail(const std::string& why) {
+    try {
+      store_->set("job/failed", std::vector<char>(why.begin(), why.end()));  // the others read it and end too
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));           // while this store still serves
+    } catch (const Error&) {
+      // Nobody left to tell.
+    }
+    end(why);
   }
   [[noreturn]] void end(const std::string& why) {
     std::fprintf(stderr, "keras: process %d ends: %s\n", process_id_, why.c_str());
@@ -67,6 +122,8 @@ class JobMonitor {
     std::_Exit(EXIT_FAILURE);
   }
   int process_id_;
+  int processes_;
+  std::chrono::milliseconds timeout_;
   std::unique_ptr<KeyValueClient> store_;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
@@ -184,7 +241,7 @@ std::shared_ptr<Communicator> join_job_by_rendezvous(const std::vector<std::stri
                               refused.empty() ? std::string() : str("; meanwhile the coordinator ", refused)));
   }
   rendezvous_store = store;
-  job_monitor = std::make_unique<JobMonitor>(host, port, process_id, token);
+  job_monitor = std::make_unique<JobMonitor>(host, port, process_id, processes, token);
   auto world = std::make_shared<GlooCommunicator>(store, "world", own_host(addresses, process_id), process_id,
                                                   processes, "world");
   return world;
