@@ -125,6 +125,10 @@ int run(const std::string& scenario) {
                    mark_fault(rank == 1 ? "rank 1 freezes" : "rank 0 freezes");
                    ::kill(::getpid(), SIGSTOP);
                  })});
+  } else if (scenario == "train_long") {
+    // Trains until something outside ends the job (the namespace test bed's link faults).
+    say("training");
+    train(1000);
   } else if (scenario == "slow_step") {
     // One step computes for longer than the heartbeat timeout: not a dead peer.
     train(2, {std::make_shared<FaultAt>(1, 3, [] {
@@ -185,7 +189,7 @@ int run(const std::string& scenario) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: fault_tool normal|killed|caught_error|stall|frozen|frozen_coordinator|slow_step|early_return|mismatch|blocked\n");
+    std::fprintf(stderr, "usage: fault_tool normal|killed|caught_error|stall|frozen|frozen_coordinator|slow_step|train_long|early_return|mismatch|blocked\n");
     return 2;
   }
   kd::initialize();
