@@ -63,6 +63,12 @@ def main():
         processes = [start(tool, environment=variables(listing, 2, 0)),
                      start(tool, environment=variables(f"127.0.0.1:{port}", 3, 1))]
         expected = [(False, r"started with num_processes=\d but process \d with num_processes=\d")] * 2
+    elif case == "addresses_differ":
+        other = f"127.0.0.1:{port},127.0.0.3:{port + 1}"
+        processes = [start(tool, environment=variables(listing, 2, 0)),
+                     start(tool, environment=variables(other, 2, 1))]
+        expected = [(False, r"was started with job_addresses=\S+ but process \d with job_addresses=\S+; every process "
+                            r"must be given the same list")] * 2
     elif case == "missing_process":
         environment = dict(variables(listing, 2, 0), KERAS_DISTRIBUTION_INIT_TIMEOUT_SECONDS="2")
         processes = [start(tool, environment=environment)]

@@ -198,6 +198,13 @@ std::shared_ptr<Communicator> join_job_by_rendezvous(const std::vector<std::stri
     throw ValueError(message);
   }
   store->set(str("join/num_processes/", process_id), text(std::to_string(processes)));
+  // The address list this process was given, when it was given one (not the coordinator's
+  // address alone): every process must hold the same, or some would listen where no peer looks.
+  std::string listing;
+  if (addresses.size() > 1) {
+    for (const std::string& address : addresses) listing += str(listing.empty() ? "" : ",", address);
+    store->set(str("join/addresses/", process_id), text(listing));
+  }
   // A job error found by this process: published so the others stop waiting, then (on the
   // coordinator, whose store ends with it) a pause long enough for them to read it.
   auto refuse = [&](const std::string& message) {
@@ -223,6 +230,13 @@ std::shared_ptr<Communicator> join_job_by_rendezvous(const std::vector<std::stri
         refuse(str("process ", p, " was started with num_processes=", std::string(theirs->begin(), theirs->end()),
                    " but process ", process_id, " with num_processes=", processes,
                    "; every process must be given the same"));
+      } else if (!listing.empty() && p != process_id) {
+        std::optional<std::vector<char>> their_listing = store->try_get(str("join/addresses/", p));
+        if (their_listing && std::string(their_listing->begin(), their_listing->end()) != listing) {
+          refuse(str("process ", p, " was started with job_addresses=", std::string(their_listing->begin(), their_listing->end()),
+                     " but process ", process_id, " with job_addresses=", listing,
+                     "; every process must be given the same list (or only the coordinator's address)"));
+        }
       }
     }
     if (missing.empty() || std::chrono::steady_clock::now() >= deadline) break;
