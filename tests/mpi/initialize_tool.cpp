@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
     kd::finalize();
     return agree ? 0 : 1;
   } catch (const keras::Error& error) {
-    std::printf("error: %s\n", error.what());
+    // On stderr, unbuffered: the message must survive whatever happens while the process exits.
+    std::fprintf(stderr, "error: %s\n", error.what());
     return 1;
   }
 }

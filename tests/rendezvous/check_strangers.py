@@ -3,7 +3,7 @@
 waits for process 1, a program that is not part of the job connects to the rendezvous store
 and misbehaves (one stray byte, random bytes, a 4 GiB length prefix, 2000 idle connections,
 10,000 keys of 1 MiB), or tries to join without the job's token (a wrong token, a replayed
-handshake, none at all), or poses as the coordinator. Each time the job must start and train
+handshake, none at all), or poses as the coordinator, or keeps connecting while process 0 fails. Each time the job must start and train
 (or the stranger be refused, with the reason checked), no process may hang or crash, every
 socket of the job must be bound to the job's own address, and the whole run is bounded in time.
 Usage: check_strangers.py TOOL CASE"""
@@ -33,8 +33,8 @@ TOKEN = "the job's secret 5f1c"
 QUICK_SECONDS = 8.0
 
 
-def process(tool, listing, process_id, token=TOKEN):
-    environment = dict(os.environ, KERAS_NUM_THREADS="1", KERAS_DISTRIBUTION_INIT_TIMEOUT_SECONDS="30",
+def process(tool, listing, process_id, token=TOKEN, init_timeout="30"):
+    environment = dict(os.environ, KERAS_NUM_THREADS="1", KERAS_DISTRIBUTION_INIT_TIMEOUT_SECONDS=init_timeout,
                        KERAS_DISTRIBUTION_JOB_ADDRESSES=listing, KERAS_DISTRIBUTION_NUM_PROCESSES="2",
                        KERAS_DISTRIBUTION_PROCESS_ID=str(process_id))
     environment.pop("KERAS_DISTRIBUTION_JOB_TOKEN", None)
@@ -241,6 +241,19 @@ def impostor(port, stranger):
     return thread
 
 
+def connections_until(port, finished, stranger):
+    """Connects and hangs up in a loop until `finished` is set (bounded at 20 s)."""
+    deadline = time.monotonic() + 20
+    made = 0
+    while not finished.is_set() and time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            made += 1
+        except OSError:
+            time.sleep(0.001)
+    stranger.notes.append(f"{made} connections made while process 0 waited and ended")
+
+
 # case: (attack, job token, what each process must print)
 TRAINS = [(True, r"trained: loss=\S+ equal on every process")] * 2
 CASES = {
@@ -330,6 +343,24 @@ def main():
             stranger.expect(status > 0 and re.search(pattern, output) is not None, f"it lacks /{pattern}/")
         processes.append(process(tool, listing, 1, job_token))
         expected, limit = TRAINS, None
+    elif case == "connections_while_coordinator_fails":
+        # Process 0 alone, whose process 1 never comes: it must end with its error (status 1),
+        # not crash, while strangers keep connecting as it exits (its store's thread draws a
+        # challenge for each one; it once did so after libcrypto's exit handler had run).
+        processes = [process(tool, listing, 0, TOKEN, init_timeout="1.5")]
+        connect(port, timeout=20).close()
+        finished = threading.Event()
+        flood = threading.Thread(target=connections_until, args=(port, finished, stranger))
+        flood.start()
+        results = wait_all(processes, 60)
+        finished.set()
+        flood.join()
+        expected = [(False, r"processes 1 of 2 did not join the job")]
+        elapsed = time.monotonic() - started
+        if results is None:
+            print(f"FAIL: {case}: process 0 still ran after 60 s (a hang)")
+            return 1
+        return report(case, results, expected, elapsed, stranger, hosts, None)
     elif case == "impostor_coordinator":
         thread = impostor(port, stranger)
         processes = [process(tool, listing, 1)]

@@ -18,6 +18,13 @@ Challenge random_challenge() {
   return challenge;
 }
 
+void initialize_crypto() {
+  // A real option: OPENSSL_init_crypto(0, ...) returns at once without initializing anything
+  // (0 is always "done"), and the exit handler was then registered by the first RAND_bytes, on
+  // the store's thread, after ours.
+  if (OPENSSL_init_crypto(OPENSSL_INIT_ADD_ALL_DIGESTS, nullptr) != 1) throw Error("the rendezvous could not initialize OpenSSL's libcrypto");
+}
+
 JobToken::JobToken(std::string secret, std::string_view source) : secret_(std::move(secret)) {
   if (secret_.empty()) {
     throw ValueError(str(source, " is set but empty; give every process of the job the same "

@@ -19,6 +19,10 @@ using Proof = std::array<unsigned char, 32>;
 // 32 bytes from OpenSSL's CSPRNG; Error when it cannot supply them.
 Challenge random_challenge();
 
+// Initializes libcrypto now, so that its exit handler (which frees what random_challenge and
+// the proofs use) is registered now: exit handlers registered after this call run before it.
+void initialize_crypto();
+
 class JobToken {
  public:
   // ValueError for an empty token (`source` names where it came from, for the message).

@@ -15,6 +15,7 @@
 #include "distribution/api/distribution.h"
 #include "distribution/transports/gloo/gloo_communicator.h"
 #include "distribution/transports/rendezvous/address.h"
+#include "distribution/transports/rendezvous/job_token.h"
 #include "distribution/transports/rendezvous/store_client.h"
 #include "distribution/transports/rendezvous/store_server.h"
 #include "engine/environment.h"
@@ -130,6 +131,18 @@ class JobMonitor {
 };
 std::unique_ptr<JobMonitor> job_monitor;
 
+// Ends the rendezvous's threads (the store's server, the monitor) while libcrypto still
+// stands. A process that returns from main or calls exit() without finalize() (after an error,
+// say) otherwise ran these statics' destructors after OpenSSL's own exit handler had freed its
+// locks, and the store's thread, drawing a challenge for a new connection, crashed (SIGSEGV in
+// RAND_bytes; seen in CI as process 0 of rendezvous_stranger_idle_connections_open killed by
+// signal 11, its error message lost). Registered after initialize_crypto(), so it runs first.
+void end_rendezvous_at_exit() {
+  job_monitor.reset();
+  rendezvous_store.reset();
+  coordinator.reset();
+}
+
 std::chrono::milliseconds init_timeout() {
   if (auto value = environment::seconds("KERAS_DISTRIBUTION_INIT_TIMEOUT_SECONDS", 0.001, 1e6)) return *value;
   return std::chrono::seconds(120);
@@ -168,6 +181,11 @@ std::shared_ptr<Communicator> join_job_by_rendezvous(const std::vector<std::stri
   std::chrono::milliseconds timeout = init_timeout();
   auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string port_taken;
+  static const bool ends_at_exit = [] {
+    initialize_crypto();
+    return std::atexit(end_rendezvous_at_exit) == 0;
+  }();
+  if (!ends_at_exit) throw Error("the rendezvous could not register its exit handler (std::atexit failed)");
   if (process_id == 0) {
     try {
       coordinator = std::make_unique<KeyValueServer>(host, port, limits_for_job(processes), token);

@@ -49,6 +49,13 @@ struct StoreLimits {
   // within this; a request, once begun, must arrive whole and its reply be taken within it.
   std::chrono::milliseconds handshake_timeout{10000};
   std::chrono::milliseconds request_timeout{10000};
+  // At the connection limit, a connection still unproven after this makes room for a new one;
+  // a younger one is not evicted (the newcomer is refused, and a keras client retries). Without
+  // the grace, a flood of idle connections right after a process of the job connected evicted
+  // it before it could send its first request: that process failed with "lost the connection"
+  // in 2 of 40 runs of rendezvous_stranger_idle_connections_open on 2 cores. A client of the
+  // job proves itself in well under a millisecond, unless its machine stalls it.
+  std::chrono::milliseconds eviction_grace{2000};
 };
 
 // Limits for a job of `processes`: each process holds two connections and a few keys per

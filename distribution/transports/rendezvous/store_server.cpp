@@ -137,9 +137,12 @@ void KeyValueServer::serve() {
     ::close(at->fd);
     return connections.erase(at);
   };
-  // At the limit, the connection that has waited longest without proving itself makes room.
+  // At the limit, the connection that has waited longest without proving itself makes room,
+  // once it has had its grace (StoreLimits::eviction_grace) to prove itself.
   auto evict_oldest_unproven = [&] {
+    const Clock::time_point granted_before = Clock::now() - limits_.eviction_grace;
     for (auto at = connections.begin(); at != connections.end(); ++at) {
+      if (at->accepted > granted_before) return false;  // oldest first: the rest are younger
       if (!at->session.proven()) {
         drop(at);
         return true;
@@ -170,7 +173,7 @@ void KeyValueServer::serve() {
       }
       if (connections.size() >= limits_.connections && !evict_oldest_unproven()) {
         refuse(fd, str("the rendezvous store at ", address_, " already serves its limit of ", limits_.connections,
-                       " connections"));
+                       " connections, none of them a stranger past its grace; try again shortly"));
         continue;
       }
       int yes = 1;
