@@ -45,6 +45,16 @@ EXPECTED = {
                                                r"rank 0 of 3 int64 elements",
                                                r"rank 0: caught in main: barrier over world: the ranks disagree",
                                                r"rank 1: caught in main: broadcast over world: the ranks disagree"]),
+    # A frozen process (SIGSTOP) under mpirun: MPI says nothing about it, and the collective
+    # timeout (60 s here, 300 s by default) is not what ends the job: process 0's heartbeat
+    # store (distribution/transports/mpi/mpi_heartbeats.h) finds its heartbeat still; a frozen
+    # process 0 leaves the others' requests unanswered. mpirun then ends the frozen one.
+    "frozen": (60, False, [r"keras: process 0 ends: process 1 stopped answering: its heartbeat",
+                           r"HEARTBEAT_TIMEOUT_SECONDS=3"]),
+    "frozen_coordinator": (60, False, [r"keras: process 1 ends: process 0 \(the coordinator\) stopped "
+                                       r"answering: the coordinator at \S+ did not answer a request"]),
+    # A step longer than the heartbeat timeout is computing, not silent: the job trains.
+    "slow_step": (60, True, [r"rank 1: computing for 8 s", r"rank 0: trained", r"rank 1: trained"]),
 }
 
 # The same faults on Gloo: the messages that differ are how the job ends (no MPI_Abort: a
@@ -80,8 +90,7 @@ def run_by_hand(tool, scenario, environment):
     addresses = f"127.0.0.1:{port},127.0.0.2:{port + 1}"
     processes = []
     for process_id in range(2):
-        process_environment = dict(environment, KERAS_DISTRIBUTION_HEARTBEAT_TIMEOUT_SECONDS=HEARTBEAT_SECONDS,
-                                   KERAS_DISTRIBUTION_JOB_ADDRESSES=addresses,
+        process_environment = dict(environment, KERAS_DISTRIBUTION_JOB_ADDRESSES=addresses,
                                    KERAS_DISTRIBUTION_NUM_PROCESSES="2",
                                    KERAS_DISTRIBUTION_PROCESS_ID=str(process_id))
         processes.append(subprocess.Popen([tool, scenario], env=process_environment,
@@ -113,8 +122,8 @@ def main():
     mpirun, tool, scenario = sys.argv[1:4]
     backend = sys.argv[4] if len(sys.argv) > 4 else "mpi"
     timeout, must_succeed, patterns = (EXPECTED_GLOO if backend == "gloo" else EXPECTED)[scenario]
-    environment = dict(os.environ, KERAS_NUM_THREADS="1",
-                       KERAS_COLLECTIVE_TIMEOUT_SECONDS=str(timeout))
+    environment = dict(os.environ, KERAS_NUM_THREADS="1", KERAS_COLLECTIVE_TIMEOUT_SECONDS=str(timeout),
+                       KERAS_DISTRIBUTION_HEARTBEAT_TIMEOUT_SECONDS=HEARTBEAT_SECONDS)
     command = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", tool, scenario]
     started = time.monotonic()
     try:

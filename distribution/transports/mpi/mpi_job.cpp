@@ -10,6 +10,8 @@
 #include "distribution/runtime/collective_failure.h"
 #include "distribution/api/distribution.h"
 #include "distribution/transports/mpi/mpi_communicator.h"
+#include "distribution/transports/mpi/mpi_heartbeats.h"
+#include "distribution/transports/rendezvous/job_token.h"
 #include "engine/environment.h"
 
 namespace keras::distribution {
@@ -43,6 +45,9 @@ std::shared_ptr<Communicator> start_mpi_job(std::optional<int> num_processes,
     int provided = 0;
     // Only the main thread calls MPI (our pool's workers never do).
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    // libcrypto first (the heartbeats' token), so that its exit handler runs after `at_exit`,
+    // which stops the heartbeat threads that use it.
+    initialize_crypto();
     std::atexit(at_exit);
     // OpenMPI allocates and frees temporary buffers inside large collectives. With glibc's
     // defaults those come from mmap and go back to the kernel on free, so every call faults
@@ -61,6 +66,7 @@ std::shared_ptr<Communicator> start_mpi_job(std::optional<int> num_processes,
     throw ValueError(str("process_id=", *process_id, " disagrees with this process's MPI ",
                          "rank ", communicator->rank()));
   }
+  if (communicator->size() > 1) start_mpi_heartbeats(MPI_COMM_WORLD);
   return communicator;
 }
 
@@ -79,11 +85,13 @@ void end_mpi_job(std::shared_ptr<Communicator>& world) {
   // Leaving is a collective too: a peer still issuing collectives learns at once that this
   // process has gone, instead of waiting out its timeout, and MPI_Finalize (which waits for
   // every process) is reached only when all of them leave.
+  stop_mpi_heartbeat_monitor();  // silence from here on is leaving, not a fault
   try {
     if (world) world->leave();
   } catch (const CollectiveError& error) {
     abort_job(error.what());
   }
+  stop_mpi_heartbeat_store();  // every process has left: nobody writes heartbeats any more
   clear_mesh_axis_groups();
   world.reset();
   MPI_Finalize();

@@ -1,8 +1,14 @@
 // Rendezvous addresses (see the header).
 #include "distribution/transports/rendezvous/address.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <charconv>
 
+#include "engine/environment.h"
 #include "engine/errors.h"
 
 namespace keras::distribution {
@@ -33,6 +39,27 @@ AddressList resolve(const std::string& host, int port) {
                          "); expected a host name or IP address this machine can reach"));
   }
   return AddressList(result);
+}
+
+void end_when_silent(int fd, std::chrono::milliseconds silence) {
+  const int yes = 1;
+  const auto seconds = static_cast<int>(std::max<std::int64_t>(1, silence.count() / 3000));
+  const int probes = 3;
+  const auto milliseconds = static_cast<unsigned>(std::max<std::int64_t>(1, silence.count()));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &yes, sizeof yes);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &seconds, sizeof seconds);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &seconds, sizeof seconds);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &milliseconds, sizeof milliseconds);
+}
+
+std::optional<std::string> listening_interface_override() {
+  std::optional<std::string> interface = environment::get("KERAS_DISTRIBUTION_INTERFACE");
+  if (interface && (interface->empty() || interface->find_first_of(" ,:/") != std::string::npos)) {
+    throw ValueError(str("KERAS_DISTRIBUTION_INTERFACE=", quote_input(*interface), " is not a host name or "
+                         "IPv4 address of this machine (the address this process listens on)"));
+  }
+  return interface;
 }
 
 }  // namespace keras::distribution
