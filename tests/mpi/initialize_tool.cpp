@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   try {
     std::optional<std::string> addresses, token;
     std::optional<int> processes, id;
-    bool train = false, list_bound = false;
+    bool train = false, list_bound = false, start_only = false;
     for (int i = 1; i < argc; ++i) {
       // "--job-token=" gives an empty token (CTest drops an empty argument of its own).
       if (std::string(argv[i]) == "--job-token=") {
@@ -101,8 +101,10 @@ int main(int argc, char** argv) {
       else if (flag == "--job-token") token = argv[i];
       else if (flag == "--train") train = integer(argv[i]) != 0;
       else if (flag == "--list-bound") list_bound = integer(argv[i]) != 0;
+      else if (flag == "--start-only") start_only = integer(argv[i]) != 0;  // benchmarks/join_time.sh's floor
       else throw keras::ValueError("unknown flag " + flag);
     }
+    if (start_only) return 0;
     kd::initialize(addresses, processes, id, token);
     // All processes must have agreed on the seed: compare it across them.
     auto seed = static_cast<std::int64_t>(keras::next_random_seed());

@@ -35,6 +35,11 @@ CASES = {
 }
 
 
+# A test bed of this run's own (namespace names kerasnet<pid>-*): two runs at once (a clean
+# clone's CI beside a working tree's tests) would otherwise tear down each other's hosts.
+os.environ.setdefault("KERAS_NETNS_PREFIX", f"kerasnet{os.getpid() % 100000}")
+
+
 def cluster(*arguments):
     return subprocess.run(["bash", CLUSTER, *arguments], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -4,9 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -15,6 +13,7 @@
 #include "distribution/api/distribution.h"
 #include "distribution/transports/gloo/gloo_communicator.h"
 #include "distribution/transports/rendezvous/address.h"
+#include "distribution/transports/rendezvous/job_monitor.h"
 #include "distribution/transports/rendezvous/job_token.h"
 #include "distribution/transports/rendezvous/store_client.h"
 #include "distribution/transports/rendezvous/store_server.h"
@@ -28,107 +27,6 @@ namespace {
 std::unique_ptr<KeyValueServer> coordinator;
 std::shared_ptr<KeyValueClient> rendezvous_store;
 
-// KERAS_DISTRIBUTION_HEARTBEAT_TIMEOUT_SECONDS (default 10): how long a process may stay silent
-// before the job declares it dead. JAX's coordination service waits 100 s, PyTorch's NCCL
-// watchdog 10 minutes; a step that computes for longer is not silence (heartbeats come from a
-// thread of their own).
-std::chrono::milliseconds heartbeat_timeout() {
-  if (auto value = environment::seconds("KERAS_DISTRIBUTION_HEARTBEAT_TIMEOUT_SECONDS", 0.3, 86400)) return *value;
-  return std::chrono::seconds(10);
-}
-
-// Watches the job from a thread of its own (with its own connection to the store), playing
-// MPI_Abort's part for jobs started by hand, so that this process ends within seconds even if it
-// is busy computing or asleep rather than inside a collective (where Gloo notices closed
-// connections itself, but not a silent peer):
-// - every process writes a heartbeat ("alive/<id>", a counter) every period, and reads
-//   "job/failed", where a process that failed says why;
-// - process 0 (whose store this is) checks everyone's heartbeat every second: one that has not
-//   moved for the heartbeat timeout is a frozen process, a cut link or a machine gone, and the
-//   job fails naming it;
-// - the other processes notice process 0 itself by its store: a request unanswered for the
-//   heartbeat timeout (process 0 frozen, or this process cut off) or a closed connection.
-class JobMonitor {
- public:
-  JobMonitor(const std::string& host, int port, int process_id, int processes, const std::optional<JobToken>& token)
-      : process_id_(process_id), processes_(processes), timeout_(heartbeat_timeout()) {
-    store_ = std::make_unique<KeyValueClient>(host, port, std::chrono::steady_clock::now() + std::chrono::seconds(10),
-                                              token, timeout_);
-    thread_ = std::thread([this] { watch(); });
-  }
-  ~JobMonitor() {
-    stopping_ = true;
-    if (thread_.joinable()) thread_.join();
-    try {
-      store_->add(str("alive/", process_id_), kLeft);  // left the job: its silence from now on is not a fault
-    } catch (const Error&) {
-      // The coordinator is gone already: nobody is left to check.
-    }
-  }
-
- private:
-  // 100 ms: a failure reaches every process well inside the 10 s the fault tests allow, at
-  // two tiny requests per process per period; process 0 reads the heartbeats once a second.
-  static constexpr std::chrono::milliseconds kPeriod{100};
-  static constexpr int kCheckEvery = 10;
-  static constexpr std::int64_t kLeft = std::int64_t{1} << 40;
-  void watch() {
-    using Clock = std::chrono::steady_clock;
-    std::vector<std::int64_t> seen(static_cast<std::size_t>(processes_), -1);
-    std::vector<Clock::time_point> moved(static_cast<std::size_t>(processes_), Clock::now());
-    for (int round = 1; !stopping_; ++round) {
-      std::optional<std::vector<char>> failed;
-      try {
-        store_->add(str("alive/", process_id_), 1);
-        failed = store_->try_get("job/failed");
-        if (!failed && process_id_ == 0 && round % kCheckEvery == 0) {
-          for (int p = 1; p < processes_; ++p) {
-            const std::int64_t beats = store_->add(str("alive/", p), 0);
-            const auto now = Clock::now();
-            if (beats >= kLeft) continue;
-            if (beats != seen[static_cast<std::size_t>(p)]) {
-              seen[static_cast<std::size_t>(p)] = beats;
-              moved[static_cast<std::size_t>(p)] = now;
-            } else if (now - moved[static_cast<std::size_t>(p)] >= timeout_) {
-              fail(str("process ", p, " stopped answering: its heartbeat (written every ",
-                       static_cast<double>(kPeriod.count()) / 1000.0, " s by a thread of its own) has not moved for ",
-                       seconds(now - moved[static_cast<std::size_t>(p)]), " s (KERAS_DISTRIBUTION_HEARTBEAT_TIMEOUT_SECONDS=",
-                       seconds(timeout_), "): it is frozen, cut off from the coordinator, or its machine is gone"));
-            }
-          }
-        }
-      } catch (const Error& error) {
-        if (stopping_) return;
-        end(str("process 0 (the coordinator) stopped answering: ", error.what()));
-      }
-      if (failed) end("another process ended the job: " + std::string(failed->begin(), failed->end()));
-      std::this_thread::sleep_for(kPeriod);
-    }
-  }
-  static double seconds(std::chrono::steady_clock::duration duration) {
-    return std::round(std::chrono::duration<double>(duration).count() * 10.0) / 10.0;
-  }
-  [[noreturn]] void fail(const std::string& why) {
-    try {
-      store_->set("job/failed", std::vector<char>(why.begin(), why.end()));  // the others read it and end too
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));           // while this store still serves
-    } catch (const Error&) {
-      // Nobody left to tell.
-    }
-    end(why);
-  }
-  [[noreturn]] void end(const std::string& why) {
-    std::fprintf(stderr, "keras: process %d ends: %s\n", process_id_, why.c_str());
-    std::fflush(stderr);
-    std::_Exit(EXIT_FAILURE);
-  }
-  int process_id_;
-  int processes_;
-  std::chrono::milliseconds timeout_;
-  std::unique_ptr<KeyValueClient> store_;
-  std::atomic<bool> stopping_{false};
-  std::thread thread_;
-};
 std::unique_ptr<JobMonitor> job_monitor;
 
 // Ends the rendezvous's threads (the store's server, the monitor) while libcrypto still
@@ -148,18 +46,8 @@ std::chrono::milliseconds init_timeout() {
   return std::chrono::seconds(120);
 }
 
-// KERAS_DISTRIBUTION_INTERFACE, checked: the host name or address this process listens on.
-std::optional<std::string> interface_override() {
-  std::optional<std::string> interface = environment::get("KERAS_DISTRIBUTION_INTERFACE");
-  if (interface && (interface->empty() || interface->find_first_of(" ,:/") != std::string::npos)) {
-    throw ValueError(str("KERAS_DISTRIBUTION_INTERFACE=", quote_input(*interface), " is not a host name or "
-                         "IPv4 address of this machine (the address this process listens on)"));
-  }
-  return interface;
-}
-
 std::string own_host(const std::vector<std::string>& addresses, int process_id) {
-  if (std::optional<std::string> interface = interface_override()) return *interface;
+  if (std::optional<std::string> interface = listening_interface_override()) return *interface;
   if (addresses.size() > 1) return split_host_port(addresses[static_cast<std::size_t>(process_id)]).first;
   // The coordinator's address alone: a job on one machine (loopback coordinator) listens on
   // loopback; otherwise on this machine's name, which its peers resolve.
@@ -176,7 +64,7 @@ std::string own_host(const std::vector<std::string>& addresses, int process_id) 
 std::shared_ptr<Communicator> join_job_by_rendezvous(const std::vector<std::string>& addresses,
                                                      int processes, int process_id,
                                                      const std::optional<JobToken>& token) {
-  interface_override();  // a bad KERAS_DISTRIBUTION_INTERFACE is refused before joining
+  listening_interface_override();  // a bad KERAS_DISTRIBUTION_INTERFACE is refused before joining
   auto [host, port] = split_host_port(addresses[0]);
   std::chrono::milliseconds timeout = init_timeout();
   auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -197,8 +85,11 @@ std::shared_ptr<Communicator> join_job_by_rendezvous(const std::vector<std::stri
   }
   std::shared_ptr<KeyValueClient> store;
   try {
+    // While joining, replies may take until the join's deadline: hundreds of processes starting
+    // at once on few cores can starve the store's thread for seconds (250 on this 2-core machine
+    // left requests unanswered for over 10 s). Once joined, the heartbeat timeout applies.
     store = port_taken.empty()
-                ? std::make_shared<KeyValueClient>(host, port, deadline, token)
+                ? std::make_shared<KeyValueClient>(host, port, deadline, token, timeout)
                 : std::make_shared<KeyValueClient>(host, port, std::chrono::steady_clock::now() + std::chrono::seconds(1),
                                                    token, std::chrono::seconds(2));
     if (!port_taken.empty()) store->try_get("join/error");  // does a keras coordinator answer?
@@ -230,52 +121,86 @@ std::shared_ptr<Communicator> join_job_by_rendezvous(const std::vector<std::stri
     if (process_id == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
     throw ValueError(message);
   };
-  // Wait for every process, checking each one's view of the job as it arrives.
+  // Whether process p has arrived; refuses the job when p was told another job than this one.
+  auto arrived = [&](int p) {
+    std::optional<std::vector<char>> theirs = store->try_get(str("join/num_processes/", p));
+    if (!theirs) return false;
+    if (std::string(theirs->begin(), theirs->end()) != std::to_string(processes)) {
+      refuse(str("process ", p, " was started with num_processes=", std::string(theirs->begin(), theirs->end()),
+                 " but process ", process_id, " with num_processes=", processes,
+                 "; every process must be given the same"));
+    }
+    if (!listing.empty() && p != process_id) {
+      std::optional<std::vector<char>> their_listing = store->try_get(str("join/addresses/", p));
+      if (their_listing && std::string(their_listing->begin(), their_listing->end()) != listing) {
+        refuse(str("process ", p, " was started with job_addresses=", std::string(their_listing->begin(), their_listing->end()),
+                   " but process ", process_id, " with job_addresses=", listing,
+                   "; every process must be given the same list (or only the coordinator's address)"));
+      }
+    }
+    return true;
+  };
+  // Wait for every process. Process 0 checks each one's view of the job as it arrives (one
+  // read each) and then publishes "join/complete"; every other process compares its view with
+  // process 0's and waits for that one key. A poll thus costs each process a request or two:
+  // when every process read every process's keys, 250 processes made 62,500 requests per poll
+  // round and the store's replies came too late (a join failed at 250 processes).
   std::vector<int> missing;
+  if (process_id == 0) {
+    for (int p = 0; p < processes; ++p) missing.push_back(p);
+  } else {
+    missing.push_back(0);
+  }
+  bool complete = false;
   auto pause = std::chrono::milliseconds(1);
+  // Polls back off to 50 ms, or 2 ms per process in large jobs (at most 1 s): the store then
+  // answers about 500 polls a second whatever the job's size.
+  const auto longest_pause = std::clamp(std::chrono::milliseconds(2 * processes), std::chrono::milliseconds(50),
+                                        std::chrono::milliseconds(1000));
   while (true) {
     if (auto error = store->try_get("join/error")) {
       std::string message(error->begin(), error->end());
       if (process_id == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
       throw ValueError(str("another process refused the job: ", message));
     }
-    missing.clear();
-    for (int p = 0; p < processes; ++p) {
-      std::optional<std::vector<char>> theirs = store->try_get(str("join/num_processes/", p));
-      if (!theirs) {
-        missing.push_back(p);
-      } else if (std::string(theirs->begin(), theirs->end()) != std::to_string(processes)) {
-        refuse(str("process ", p, " was started with num_processes=", std::string(theirs->begin(), theirs->end()),
-                   " but process ", process_id, " with num_processes=", processes,
-                   "; every process must be given the same"));
-      } else if (!listing.empty() && p != process_id) {
-        std::optional<std::vector<char>> their_listing = store->try_get(str("join/addresses/", p));
-        if (their_listing && std::string(their_listing->begin(), their_listing->end()) != listing) {
-          refuse(str("process ", p, " was started with job_addresses=", std::string(their_listing->begin(), their_listing->end()),
-                     " but process ", process_id, " with job_addresses=", listing,
-                     "; every process must be given the same list (or only the coordinator's address)"));
-        }
+    std::erase_if(missing, [&](int p) { return arrived(p); });
+    if (missing.empty()) {
+      if (process_id == 0) {
+        store->set("join/complete", text("1"));
+        complete = true;
+      } else {
+        complete = store->try_get("join/complete").has_value();
       }
     }
-    if (missing.empty() || std::chrono::steady_clock::now() >= deadline) break;
+    if (complete || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    pause = std::min(pause * 2, longest_pause);
   }
-  if (!missing.empty()) {
+  if (!complete) {
+    missing.clear();  // who is missing, read once
+    for (int p = 0; p < processes; ++p) {
+      if (!store->try_get(str("join/num_processes/", p))) missing.push_back(p);
+    }
     std::string ids;
     for (int p : missing) ids += str(ids.empty() ? "" : ", ", p);
     // The coordinator says whom it turned away meanwhile: a process given the wrong token is
     // one of them, refused on its side, and this is where process 0 learns why it waited.
     std::string refused = coordinator ? coordinator->refusals() : "";
-    throw CollectiveError(str("processes ", ids, " of ", processes, " did not join the job at the coordinator ",
-                              store->address(), " within ", static_cast<double>(timeout.count()) / 1000.0, " s ",
+    throw CollectiveError(str("processes ", ids.empty() ? std::string("(none missing now)") : ids, " of ", processes,
+                              " did not join the job at the coordinator ", store->address(), " within ",
+                              static_cast<double>(timeout.count()) / 1000.0, " s ",
                               "(KERAS_DISTRIBUTION_INIT_TIMEOUT_SECONDS)",
                               refused.empty() ? std::string() : str("; meanwhile the coordinator ", refused)));
   }
   rendezvous_store = store;
-  job_monitor = std::make_unique<JobMonitor>(host, port, process_id, processes, token);
+  // The world's Gloo full mesh: processes^2 requests through the store, still under the join's
+  // reply timeout.
   auto world = std::make_shared<GlooCommunicator>(store, "world", own_host(addresses, process_id), process_id,
                                                   processes, "world");
+  // Connected: from now on a store that answers nothing for the heartbeat timeout is process 0
+  // frozen or cut off (a healthy one answers in microseconds), and the monitor watches.
+  store->set_reply_timeout(heartbeat_timeout());
+  job_monitor = std::make_unique<JobMonitor>(host, port, process_id, processes, token);
   return world;
 }
 

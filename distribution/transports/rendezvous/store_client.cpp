@@ -26,7 +26,8 @@ Transfer write_all(int fd, const void* data, std::size_t size) {
   while (size > 0) {
     ssize_t written = ::send(fd, cursor, size, MSG_NOSIGNAL);
     if (written < 0 && errno == EINTR) continue;
-    if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Transfer::timed_out;
+    // ETIMEDOUT: the kernel gave up on a silent peer (TCP_USER_TIMEOUT, end_when_silent).
+    if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT)) return Transfer::timed_out;
     if (written <= 0) return Transfer::closed;
     cursor += written;
     size -= static_cast<std::size_t>(written);
@@ -39,7 +40,7 @@ Transfer read_all(int fd, void* data, std::size_t size) {
   while (size > 0) {
     ssize_t got = ::recv(fd, cursor, size, 0);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Transfer::timed_out;
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT)) return Transfer::timed_out;
     if (got <= 0) return Transfer::closed;
     cursor += got;
     size -= static_cast<std::size_t>(got);
@@ -63,7 +64,25 @@ constexpr std::size_t kLargestReply = std::size_t{1} << 30;
 // Reasons and refusals are short; a longer one is not from a keras store.
 constexpr std::size_t kLargestReason = 4096;
 
+// Bounds every send and receive on `fd` by `reply_timeout`, and lets the kernel end the
+// connection when the store stays silent that long.
+void apply_reply_timeout(int fd, std::chrono::milliseconds reply_timeout) {
+  timeval limit{};
+  limit.tv_sec = static_cast<time_t>(reply_timeout.count() / 1000);
+  limit.tv_usec = static_cast<suseconds_t>(reply_timeout.count() % 1000 * 1000);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+  // Half as long again for the kernel: the reply timeout fires first and says what happened
+  // ("did not answer in time"); when the kernel's timer won the race, the connection was reset
+  // and a black-holed coordinator read as "lost the connection".
+  end_when_silent(fd, reply_timeout + reply_timeout / 2);
+}
+
 }  // namespace
+
+void KeyValueClient::set_reply_timeout(std::chrono::milliseconds reply_timeout) {
+  if (fd_ >= 0) apply_reply_timeout(fd_, reply_timeout);
+}
 
 KeyValueClient::KeyValueClient(const std::string& host, int port,
                                std::chrono::steady_clock::time_point deadline,
@@ -76,6 +95,14 @@ KeyValueClient::KeyValueClient(const std::string& host, int port,
     for (addrinfo* candidate = addresses.get(); candidate != nullptr && fd_ < 0; candidate = candidate->ai_next) {
       int fd = ::socket(candidate->ai_family, candidate->ai_socktype | SOCK_CLOEXEC, candidate->ai_protocol);
       if (fd < 0) continue;
+      // connect() waits at most until the deadline (SO_SNDTIMEO bounds it on Linux): a host
+      // that drops packets would otherwise hold it for the kernel's SYN retries, about 2 min.
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      left = std::clamp(left, std::chrono::milliseconds(100), std::max(reply_timeout, std::chrono::milliseconds(100)));
+      timeval connect_limit{};
+      connect_limit.tv_sec = static_cast<time_t>(left.count() / 1000);
+      connect_limit.tv_usec = static_cast<suseconds_t>(left.count() % 1000 * 1000);
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &connect_limit, sizeof connect_limit);
       if (::connect(fd, candidate->ai_addr, candidate->ai_addrlen) != 0) {
         last_error = std::strerror(errno);
         ::close(fd);
@@ -83,11 +110,7 @@ KeyValueClient::KeyValueClient(const std::string& host, int port,
       }
       int yes = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
-      timeval limit{};
-      limit.tv_sec = static_cast<time_t>(reply_timeout.count() / 1000);
-      limit.tv_usec = static_cast<suseconds_t>(reply_timeout.count() % 1000 * 1000);
-      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+      apply_reply_timeout(fd, reply_timeout);
       std::optional<std::string> turned_away;
       try {
         turned_away = handshake(fd);

@@ -29,7 +29,7 @@ class KeyValueClient {
   // `reply_timeout` (a foreign program on the port, a wedged coordinator) is a CollectiveError.
   KeyValueClient(const std::string& host, int port, std::chrono::steady_clock::time_point deadline,
                  std::optional<JobToken> token = std::nullopt,
-                 std::chrono::milliseconds reply_timeout = std::chrono::seconds(60));
+                 std::chrono::milliseconds reply_timeout = std::chrono::seconds(10));
   ~KeyValueClient();
   KeyValueClient(const KeyValueClient&) = delete;
   KeyValueClient& operator=(const KeyValueClient&) = delete;
@@ -44,6 +44,8 @@ class KeyValueClient {
   // The keys among `keys` still absent after waiting up to `timeout` (empty: all arrived).
   std::vector<std::string> wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   const std::string& address() const { return address_; }
+  // How long a reply may take from now on.
+  void set_reply_timeout(std::chrono::milliseconds reply_timeout);
 
  private:
   // Reads the store's greeting and passes its handshake; nullopt when done, or the reason the

@@ -12,7 +12,9 @@ StoreLimits limits_for_job(std::int64_t processes) {
   StoreLimits limits;
   auto count = static_cast<std::size_t>(std::max<std::int64_t>(processes, 1));
   limits.connections = 2 * count + 64;
-  limits.keys = 4096 + 64 * count;
+  // A Gloo group of n processes takes n * (n - 1) keys (one per pair, gloo_communicator.cpp):
+  // room for the world and a few smaller groups.
+  limits.keys = 4096 + 64 * count + 2 * count * count;
   // A group's Gloo addresses take about 136 * count^2 bytes; room for a few groups.
   limits.total_bytes = (std::size_t{64} << 20) + 512 * count * count;
   limits.value_bytes = static_cast<std::uint32_t>(std::min<std::size_t>(std::max<std::size_t>(1 << 20, 256 * count), 1u << 30));

@@ -178,6 +178,7 @@ void KeyValueServer::serve() {
       }
       int yes = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
+      end_when_silent(fd, limits_.request_timeout);  // a client machine gone frees its connection
       connections.emplace_back(fd, limits_, token);
       if (!flush(connections.back())) drop(std::prev(connections.end()));
     }
