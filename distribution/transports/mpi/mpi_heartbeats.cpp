@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,7 +55,19 @@ std::string heartbeat_host(MPI_Comm world) {
 
 }  // namespace
 
+void end_mpi_heartbeats_at_exit() {
+  static const bool registered = [] {
+    initialize_crypto();
+    return std::atexit([] {
+      heartbeat_monitor.reset();
+      heartbeat_store.reset();
+    }) == 0;
+  }();
+  if (!registered) throw Error("the heartbeats could not register their exit handler (std::atexit failed)");
+}
+
 void start_mpi_heartbeats(MPI_Comm world) {
+  end_mpi_heartbeats_at_exit();  // a no-op when start_mpi_job registered it already
   int rank = 0, size = 1;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);

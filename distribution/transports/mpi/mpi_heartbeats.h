@@ -12,6 +12,12 @@
 
 namespace keras::distribution {
 
+// Registers, once, the exit handler that ends the heartbeat threads, after initializing
+// libcrypto: it then runs before libcrypto's own handler (which frees what the threads use)
+// and, registered before the handler that finalizes the job, after it (finalizing stops the
+// monitor before the collective leave, and process 0's store only after every process left).
+void end_mpi_heartbeats_at_exit();
+
 // Collective over `world` (more than one process): starts the store on process 0 and a monitor
 // on every process. CollectiveError on every process when process 0 cannot listen or a process
 // cannot reach it.

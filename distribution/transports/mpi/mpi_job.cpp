@@ -11,7 +11,6 @@
 #include "distribution/api/distribution.h"
 #include "distribution/transports/mpi/mpi_communicator.h"
 #include "distribution/transports/mpi/mpi_heartbeats.h"
-#include "distribution/transports/rendezvous/job_token.h"
 #include "engine/environment.h"
 
 namespace keras::distribution {
@@ -45,9 +44,10 @@ std::shared_ptr<Communicator> start_mpi_job(std::optional<int> num_processes,
     int provided = 0;
     // Only the main thread calls MPI (our pool's workers never do).
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-    // libcrypto first (the heartbeats' token), so that its exit handler runs after `at_exit`,
-    // which stops the heartbeat threads that use it.
-    initialize_crypto();
+    // Exit handlers run last-registered first: `at_exit` (finalize: leave, then stop the
+    // heartbeats in order), then the heartbeats' own (for a process that never finalized),
+    // then libcrypto's, which frees what the heartbeat threads use.
+    end_mpi_heartbeats_at_exit();
     std::atexit(at_exit);
     // OpenMPI allocates and frees temporary buffers inside large collectives. With glibc's
     // defaults those come from mmap and go back to the kernel on free, so every call faults
