@@ -275,6 +275,30 @@ TEST(RendezvousServer, AtItsConnectionLimitTheStoreEvictsStrangersThenRefusesWit
   EXPECT_EQ(first.try_get("c"), std::vector<char>{'3'});
 }
 
+// A connection that has not proved itself yet keeps its place for eviction_grace: a flood of
+// strangers right after a process of the job connected must not push it out before it sends its
+// first request (that happened to process 0's own client in CI); after the grace it makes room.
+TEST(RendezvousServer, AYoungUnprovenConnectionIsNotEvictedWithinItsGrace) {
+  StoreLimits limits = short_deadlines();
+  limits.handshake_timeout = 10s;
+  limits.connections = 2;
+  limits.eviction_grace = 600ms;
+  KeyValueServer server("127.0.0.1", 0, limits);
+  KeyValueClient first("127.0.0.1", server.port(), std::chrono::steady_clock::now() + 5s);
+  first.set("a", {'1'});
+  RawConnection young(server.port());
+  std::this_thread::sleep_for(50ms);
+  // Within the young one's grace a newcomer is refused, with the reason, and the young one stays.
+  expect_throw_with<CollectiveError>(
+      [&] { KeyValueClient("127.0.0.1", server.port(), std::chrono::steady_clock::now() + 150ms); },
+      "none of them a stranger past its grace");
+  // Past it, the newcomer (retrying until its deadline) takes the unproven one's place.
+  KeyValueClient second("127.0.0.1", server.port(), std::chrono::steady_clock::now() + 5s);
+  second.set("b", {'2'});
+  EXPECT_EQ(young.read_until_closed(), std::string(kStoreMagic) + kStoreOpen);
+  EXPECT_EQ(first.try_get("b"), std::vector<char>{'2'});
+}
+
 TEST(RendezvousServer, AClientThatNeverReadsItsRepliesIsDroppedWithoutStoppingTheStore) {
   KeyValueServer server("127.0.0.1", 0, short_deadlines());
   KeyValueClient client("127.0.0.1", server.port(), std::chrono::steady_clock::now() + 5s);
