@@ -3,7 +3,8 @@
 # The CUDA toolkit is optional: when nvcc is on PATH the GPU runtime is built too. clang-14 with
 # its libFuzzer/sanitizer runtimes (libclang-rt-14-dev) and OpenMP (libomp-14-dev) builds the
 # fuzz preset (scripts/run_fuzzers.sh). PCRE2 matches LayoutMap keys in Python re's dialect;
-# Gloo runs the collectives of processes started without mpirun.
+# Gloo runs the collectives of processes started without mpirun. iptables (its legacy
+# backend) sends the namespace test bed's packets to the delay stand-in (scripts/netns_cluster.sh).
 #   --plots  also installs matplotlib (python3-matplotlib), for scripts/plot_history.py and
 #            scripts/plot_all_reduce.py; neither the build nor the tests need it.
 #   --slurm  also installs slurm-wlm and munge, for the test that trains under `srun -n 2` on a
@@ -19,7 +20,7 @@ for argument in "$@"; do
   esac
 done
 packages=(cmake g++ make pkg-config libeigen3-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev
-          libgtest-dev libbenchmark-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libpcre2-dev libgloo-dev libssl-dev fortunes
+          libgtest-dev libbenchmark-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libpcre2-dev libgloo-dev libssl-dev fortunes iptables
           clang-14 libclang-rt-14-dev libomp-14-dev)
 if [ "$plots" = 1 ]; then packages+=(python3-matplotlib); fi
 if [ "$slurm" = 1 ]; then packages+=(slurm-wlm munge); fi

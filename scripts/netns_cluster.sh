@@ -8,9 +8,18 @@
 #                                    (its bridge port goes down: the host still sees its eth0 up)
 #   netns_cluster.sh link_down I     host I's eth0 goes down (its sends fail at once)
 #   netns_cluster.sh restore I       undoes either
+#   netns_cluster.sh delay I MS [LOSS_PERCENT]
+#                                    packets arriving at host I wait MS milliseconds (and that
+#                                    share of them is dropped): netem's delay and loss, which
+#                                    this kernel lacks, by tests/netns/packet_delay.cpp (path in
+#                                    $KERAS_PACKET_DELAY) on an NFQUEUE of iptables-legacy
 #   netns_cluster.sh down            removes every namespace it made
 # Needs root and iproute2; `up` exits 77 (CTest's skip code) where namespaces cannot be made.
-# This kernel has tbf but no sch_netem: delay needs a user-space stand-in (not here yet).
+# This kernel has tbf but no sch_netem, so delay and loss come from a user-space stand-in
+# (`delay`). It acts on a host's incoming packets, not its outgoing ones: a packet held on its
+# sender counts against TCP's small-queue limit (about 1 ms of the pacing rate), and with 5 ms
+# of delay there BBR's rate estimate collapsed to 9 Mbit/s; held on arrival, the sender's copy
+# is already freed, as a packet in flight on a wire. Delay d on every host is d each way.
 set -euo pipefail
 prefix=${KERAS_NETNS_PREFIX:-kerasnet}
 hub=$prefix-hub
@@ -91,13 +100,37 @@ case "${1:-}" in
     ;;
   blackhole) ip netns exec "$hub" ip link set "$(port_of "${2:?blackhole I}")" down ;;
   link_down) ip netns exec "$(host_ns "${2:?link_down I}")" ip link set eth0 down ;;
+  delay)
+    i=${2:?delay I MS [LOSS_PERCENT]}
+    milliseconds=${3:?delay I MS [LOSS_PERCENT]}
+    loss=${4:-0}
+    tool=${KERAS_PACKET_DELAY:?set KERAS_PACKET_DELAY to the packet_delay program (build/ci/tests/packet_delay)}
+    if ! command -v iptables-legacy > /dev/null; then
+      echo "skipped: delay needs iptables-legacy (Debian's iptables package)"
+      exit 77
+    fi
+    ns=$(host_ns "$i")
+    # --queue-bypass: while no program listens, packets pass rather than being dropped.
+    ip netns exec "$ns" iptables-legacy -A INPUT -i eth0 -j NFQUEUE --queue-num 0 --queue-bypass
+    log=$(mktemp)
+    ip netns exec "$ns" "$tool" --queue 0 --delay-ms "$milliseconds" --loss-percent "$loss" --seed "$i" \
+      > "$log" 2>&1 &
+    # Bounded: it says "ready" once the queue is bound (5 s at most).
+    for _ in $(seq 50); do
+      grep -q ready "$log" && break
+      if ! kill -0 $! 2> /dev/null; then cat "$log" >&2; rm -f "$log"; exit 1; fi
+      sleep 0.1
+    done
+    grep -q ready "$log" || { echo "packet_delay did not start on host $i" >&2; cat "$log" >&2; rm -f "$log"; exit 1; }
+    rm -f "$log"
+    ;;
   restore)
     ip netns exec "$hub" ip link set "$(port_of "${2:?restore I}")" up
     ip netns exec "$(host_ns "$2")" ip link set eth0 up
     ;;
   down) down ;;
   *)
-    sed -n '2,13p' "$0"
+    sed -n '2,23p' "$0"
     exit 2
     ;;
 esac
