@@ -87,12 +87,12 @@ std::vector<double> global_totals(const BatchShard& context,
     failure = std::current_exception();
     totals.assign(2 + 2 * metrics.size(), 0.0);
   }
-  if (context.any_process(failure != nullptr)) {
+  // The failure flag and the sums in one all-reduce where the same processes decide both.
+  if (context.sum_and_any_process(totals, failure != nullptr)) {
     if (failure) std::rethrow_exception(failure);
     throw Error(str("reading the loss and metrics failed on another process (its message says ",
                     "why); process ", distribution::process_id(), " stops with it"));
   }
-  context.sum(totals);
   return totals;
 }
 
@@ -146,8 +146,8 @@ void Trainer::check_data(const Tensor& x, const Tensor& y, const char* what) con
 }
 
 Trainer::StepResult Trainer::train_step(const Tensor& x, const Tensor& y, double loss_scale,
-                                        const BatchShard& context,
-                                        const BatchShard::Rows* rows) {
+                                        const BatchShard& context, const BatchShard::Rows* rows,
+                                        std::optional<bool> read_logs_here) {
   const bool distributed = context.distributed();
   distribution::CollectiveLog::Scope collectives;
   // The step's sharding, resolved once for the forward pass, the loss and the backward pass.
@@ -165,7 +165,7 @@ Trainer::StepResult Trainer::train_step(const Tensor& x, const Tensor& y, double
     // the metrics, when there are any, see them whole.
     Tensor predictions = model_.metric_names_.empty() ? outputs : to_data_layout(outputs);
     loss = loss_on_outputs(*model_.loss_, y, outputs);
-    result = {x.dim(0) > 0 ? loss.detach() : Tensor(), predictions.detach()};
+    result = {x.dim(0) > 0 ? loss.detach() : Tensor(), predictions.detach(), std::nullopt};
   }
   // Taken after the forward pass: the first call builds the model, and the variables it
   // creates must be trained by this step too (they were not, before: the first step's
@@ -180,14 +180,19 @@ Trainer::StepResult Trainer::train_step(const Tensor& x, const Tensor& y, double
       const bool layers_communicate =
           context.layers_communicate(variables) || any_layer_synchronizes_batch(model_);
       model_.gradient_reducer_ = std::make_shared<distribution::GradientReducer>(
-          context.group(), reduced, distribution::BucketOptions{},
+          context.group(), reduced, distribution::BucketOptions::from_environment(),
           /*overlap=*/!layers_communicate, /*shard_updates=*/!layers_communicate);
     }
+    // The step's flag rides the gradients' last bucket: deciding together costs no collective.
+    const bool flag_rides = read_logs_here.has_value() && model_.gradient_reducer_->flag_rides_gradients() &&
+                            context.agreement_is_the_group();
+    if (flag_rides) model_.gradient_reducer_->set_step_flag(*read_logs_here);
     Tensor scaled = loss * loss_scale;
     // Buckets start their all-reduce while the rest of the backward pass runs.
     keras::backward({scaled}, {Tensor::ones({}, scaled.dtype(), scaled.device())},
                     [this](const Tensor& leaf) { model_.gradient_reducer_->gradient_ready(leaf); });
     model_.gradient_reducer_->finish();
+    if (flag_rides) result.read_logs_on_any_process = model_.gradient_reducer_->step_flag_on_any_process();
   } else {
     // Training goes on without distribution: the state made whole first.
     if (model_.gradient_reducer_) {
@@ -326,21 +331,26 @@ History Trainer::fit(const Tensor& x, const Tensor& y, const FitOptions& options
       Tensor y_batch = batch_rows(y, order, begin, end);
       double scale = double(end - begin) / double(global_end - global_begin);
       BatchShard::Rows rows{global_end - global_begin, begin - global_begin, end - begin};
+      // Whether this process wants the logs after this batch is known before it: the flag
+      // then rides the step's gradients (GradientReducer::set_step_flag).
+      bool read_logs_here = bar_each_batch;
+      for (const CallbackPtr& callback : options.callbacks) {
+        read_logs_here = read_logs_here || callback->needs_batch_logs(step);
+      }
+      // Bounds what the running totals hold on the device between reads.
+      read_logs_here = read_logs_here || epoch_loss.pending_terms() + (end > begin ? 1 : 0) >=
+                                             metrics::RunningTotal::kReadAfterTerms;
       StepResult result = train_step(x_batch, y_batch, scale, context,
-                                     context.distributed() ? &rows : nullptr);
+                                     context.distributed() ? &rows : nullptr, read_logs_here);
       auto count = static_cast<double>(end - begin);
       if (count > 0) {
         epoch_loss.add(result.loss, count, count);
         for (const auto& metric : epoch_metrics) metric->update(y_batch, result.predictions);
       }
       steps_done = step + 1;
-      bool read_logs = bar_each_batch;
-      for (const CallbackPtr& callback : options.callbacks) {
-        read_logs = read_logs || callback->needs_batch_logs(step);
-      }
-      // Bounds what the running totals hold on the device between reads.
-      read_logs = read_logs || epoch_loss.pending_terms() >= metrics::RunningTotal::kReadAfterTerms;
-      read_logs = context.any_process(read_logs);
+      const bool read_logs = result.read_logs_on_any_process
+                                 ? *result.read_logs_on_any_process
+                                 : context.any_process(read_logs_here);
       if (read_logs) {
         // Logs are means over the global batch: sum (value, count) pairs across processes.
         logs = global_logs(context, epoch_loss, epoch_metrics, &model_.position_.totals);

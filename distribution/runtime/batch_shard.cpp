@@ -80,6 +80,25 @@ bool BatchShard::any_process(bool wanted) const {
   return flag != 0;
 }
 
+bool BatchShard::agreement_is_the_group() const {
+  const std::shared_ptr<distribution::Communicator>& together = sharded_layers_ ? world_ : group_;
+  return together && group_ && together->size() == group_->size();
+}
+
+bool BatchShard::sum_and_any_process(std::vector<double>& values, bool wanted) const {
+  if (!distributed() || !agreement_is_the_group()) {
+    bool any = any_process(wanted);
+    sum(values);
+    return any;
+  }
+  values.push_back(wanted ? 1.0 : 0.0);
+  group_->all_reduce(values.data(), static_cast<std::int64_t>(values.size()), DType::float64,
+                     distribution::ReduceOperation::sum);
+  bool any = values.back() > 0.5;
+  values.pop_back();
+  return any;
+}
+
 std::vector<Tensor> BatchShard::variables_to_reduce(
     const std::vector<Tensor>& variables) const {
   if (!sharded_layers_) return variables;

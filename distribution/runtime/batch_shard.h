@@ -52,6 +52,12 @@ class BatchShard {
   // decide together (when to read the logs) or fail together, they agree through this: one
   // 8-byte all-reduce on the host, which waits for no device.
   bool any_process(bool wanted) const;
+  // Whether any_process's processes are the data-parallel group's (pure data parallelism, or
+  // a mesh with nothing but the batch axis): a flag may then ride that group's sums.
+  bool agreement_is_the_group() const;
+  // sum(values) and any_process(wanted) in one all-reduce where agreement_is_the_group(),
+  // in two otherwise.
+  bool sum_and_any_process(std::vector<double>& values, bool wanted) const;
   // Throws unless every process passed the same values (e.g. dataset size, batch size).
   void check_same(const std::vector<std::int64_t>& values, const char* what) const;
   // Only process 0 prints progress.

@@ -4,6 +4,7 @@
 #include "distribution/runtime/collective_log.h"
 #include "distribution/runtime/runtime.h"
 #include "engine/backend.h"
+#include "engine/environment.h"
 
 #include <chrono>
 #include <algorithm>
@@ -11,6 +12,21 @@
 
 
 namespace keras::distribution {
+
+BucketOptions BucketOptions::from_environment() {
+  BucketOptions options;
+  std::optional<std::string> sizing = environment::get("KERAS_GRADIENT_BUCKETS");
+  if (!sizing || *sizing == "by_link") return options;
+  if (*sizing == "packed") {
+    options.packed = true;
+  } else if (*sizing == "as_on_one_machine") {
+    options.size_by_link = false;
+  } else {
+    throw ValueError(str("KERAS_GRADIENT_BUCKETS: got '", sizing->substr(0, 40), "'; expected by_link, packed ",
+                         "or as_on_one_machine"));
+  }
+  return options;
+}
 
 GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
                                  std::vector<Tensor> variables, BucketOptions options, bool overlap,
@@ -32,6 +48,71 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
     device_twin_ = group_->device_twin();
     reduces_on_twin_ = true;
   }
+  check_layout_and_size_buckets(options, shard_updates, device);
+}
+
+double GradientReducer::agreed_latency(Communicator& group) {
+  // One all-reduce to settle connections, then the median of three (each is what a bucket's
+  // collective costs beyond its bytes, the signature exchange included where there is one).
+  std::int64_t probe = 0;
+  group.all_reduce(&probe, 1, DType::int64, ReduceOperation::max);
+  std::vector<double> times;
+  for (int i = 0; i < 3; ++i) {
+    auto begin = std::chrono::steady_clock::now();
+    group.all_reduce(&probe, 1, DType::int64, ReduceOperation::max);
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[1];
+}
+
+void GradientReducer::check_layout_and_size_buckets(BucketOptions options, bool shard_updates,
+                                                    Device device) {
+  // The same model on every rank gives the same buckets; check it once with verified
+  // collectives (the variables' count, elements and a hash of their sizes and dtypes), so a
+  // mismatch is an error now rather than a hang or garbage later. The link's latency rides
+  // the second: every rank sizes its buckets by the slowest's.
+  const bool on_host = !reduces_on_twin_ && group_->size() > 1;
+  const double latency = on_host && options.size_by_link && !options.packed ? agreed_latency(*group_) : 0.0;
+  std::int64_t elements = 0;
+  std::uint64_t hash = 1469598103934665603ULL;
+  for (const Tensor& variable : variables_) {
+    elements += variable.size();
+    hash = (hash ^ static_cast<std::uint64_t>(variable.size())) * 1099511628211ULL;
+    hash = (hash ^ static_cast<std::uint64_t>(variable.dtype())) * 1099511628211ULL;
+  }
+  const auto hash_value = static_cast<std::int64_t>(hash >> 1);
+  std::int64_t low[3] = {static_cast<std::int64_t>(variables_.size()), elements, hash_value};
+  std::int64_t high[4] = {low[0], low[1], low[2], static_cast<std::int64_t>(latency * 1e9)};
+  group_->all_reduce(low, 3, DType::int64, ReduceOperation::min);
+  group_->all_reduce(high, 4, DType::int64, ReduceOperation::max);
+  if (low[0] != high[0] || low[1] != high[1] || low[2] != high[2]) {
+    throw CollectiveError(str("data-parallel gradients differ across processes: this process has ",
+                              elements, " gradient elements in ", variables_.size(), " variables, others "
+                              "have between ", low[1], " and ", high[1], " in ", low[0], " to ", high[0],
+                              " (or other shapes or dtypes); every process must build the same model"));
+  }
+  link_latency_seconds_ = static_cast<double>(high[3]) / 1e9;
+  // Packing trades a copy of the large gradients for the collectives they and a small first
+  // bucket would add (blocking on the CPU: no overlap is lost).
+  std::size_t in_place_bytes = 0, in_place_tensors = 0;
+  for (const Tensor& variable : variables_) {
+    if (variable.nbytes() >= options.in_place_bytes) {
+      in_place_bytes += variable.nbytes();
+      in_place_tensors += 1;
+    }
+  }
+  const bool slow_link =
+      on_host && options.size_by_link &&
+      link_latency_seconds_ * static_cast<double>(in_place_tensors + 1) >
+          static_cast<double>(std::max<std::size_t>(in_place_bytes, options.first_bucket_bytes)) / kCopyBytesPerSecond;
+  packed_for_latency_ = options.packed || slow_link;
+  if (packed_for_latency_) {
+    options.in_place_bytes = static_cast<std::size_t>(-1);
+    options.first_bucket_bytes = options.bucket_cap_bytes;
+  }
+  signatures_ride_ = on_host && group_->signatures_ride_data() && group_->signature_checks();
+
   bucket_of_.resize(variables_.size());
   received_.assign(variables_.size(), false);
   std::size_t cap = options.first_bucket_bytes;
@@ -55,7 +136,7 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
     bool new_bucket = buckets_.empty() || buckets_.back().buffer.dtype() != variable.dtype();
     if (!new_bucket) {
       const Bucket& last = buckets_.back();
-      std::size_t used = static_cast<std::size_t>(last.buffer.size()) * dtype_size(last.buffer.dtype());
+      std::size_t used = static_cast<std::size_t>(last.gradient_elements) * dtype_size(last.buffer.dtype());
       new_bucket = used > 0 && used + bytes > cap;
     }
     if (new_bucket) {
@@ -65,26 +146,37 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
       buckets_.push_back(std::move(bucket));
     }
     Bucket& bucket = buckets_.back();
-    bucket.offsets.push_back(bucket.buffer.size());
+    bucket.offsets.push_back(bucket.gradient_elements);
     bucket.members.push_back(position);
-    bucket.buffer = Tensor::empty({bucket.buffer.size() + variable.size()}, variable.dtype(), device);
+    bucket.gradient_elements += variable.size();
     bucket_of_[position] = buckets_.size() - 1;
   }
-  // The same model on every rank gives the same buckets; check it once with a verified
-  // collective, so a mismatch is an error now rather than a hang or garbage later.
-  std::int64_t layout[2] = {static_cast<std::int64_t>(buckets_.size() + in_place_.size()), 0};
-  for (const Bucket& bucket : buckets_) layout[1] += bucket.buffer.size();
-  for (std::size_t position : in_place_) layout[1] += variables_[position].size();
-  layout[0] += static_cast<std::int64_t>(block_updated_.size());
-  for (std::size_t position : block_updated_) layout[1] += variables_[position].size();
-  std::int64_t low[2] = {layout[0], layout[1]}, high[2] = {layout[0], layout[1]};
-  group_->all_reduce(low, 2, DType::int64, ReduceOperation::min);
-  group_->all_reduce(high, 2, DType::int64, ReduceOperation::max);
-  if (low[0] != high[0] || low[1] != high[1]) {
-    throw CollectiveError(str("data-parallel gradients differ across processes: this process has ",
-                              layout[1], " gradient elements in ", layout[0], " buckets, others "
-                              "have between ", low[1], " and ", high[1],
-                              "; every process must build the same model"));
+  // The buffers: the gradients, then (last bucket) the step flag, then the signature where it
+  // rides the data. Both need a float sum on the host.
+  if (!buckets_.empty() && on_host && (buckets_.back().buffer.dtype() == DType::float32 ||
+                                       buckets_.back().buffer.dtype() == DType::float64)) {
+    flag_bucket_ = buckets_.size() - 1;
+  }
+  for (std::size_t index = 0; index < buckets_.size(); ++index) {
+    Bucket& bucket = buckets_[index];
+    DType dtype = bucket.buffer.dtype();
+    bool floating_sum = dtype == DType::float32 || dtype == DType::float64;
+    std::int64_t extra = (index == flag_bucket_ ? 1 : 0) +
+                         (signatures_ride_ && floating_sum ? Communicator::kSignatureElements : 0);
+    bucket.buffer = Tensor::zeros({bucket.gradient_elements + extra}, dtype, device);
+  }
+}
+
+void GradientReducer::set_step_flag(bool wanted) {
+  if (flag_bucket_ == kNone) {
+    throw ValueError("GradientReducer::set_step_flag: this reducer has no host bucket for a flag "
+                     "(flag_rides_gradients() is false)");
+  }
+  Bucket& bucket = buckets_[flag_bucket_];
+  if (bucket.buffer.dtype() == DType::float32) {
+    bucket.buffer.data<float>()[bucket.gradient_elements] = wanted ? 1.0F : 0.0F;
+  } else {
+    bucket.buffer.data<double>()[bucket.gradient_elements] = wanted ? 1.0 : 0.0;
   }
 }
 
@@ -115,12 +207,13 @@ void GradientReducer::start(Bucket& bucket) {
   bucket.started = true;
   auto begin = std::chrono::steady_clock::now();
   CollectiveLog::record("all_reduce", group_->name(), static_cast<std::int64_t>(bucket.buffer.nbytes()));
-  if (overlap_) {
-    reduce_group().start_all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(),
-                                    bucket.buffer.dtype(), ReduceOperation::sum);
+  const DType dtype = bucket.buffer.dtype();
+  if (signatures_ride_ && (dtype == DType::float32 || dtype == DType::float64)) {
+    group_->all_reduce_with_signature(bucket.buffer.raw_data(), bucket.buffer.size(), dtype);
+  } else if (overlap_) {
+    reduce_group().start_all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(), dtype, ReduceOperation::sum);
   } else {
-    reduce_group().all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(),
-                              bucket.buffer.dtype(), ReduceOperation::sum);
+    reduce_group().all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(), dtype, ReduceOperation::sum);
   }
   communication_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
 }
@@ -221,6 +314,19 @@ void GradientReducer::finish() {
   // Each gradient becomes a view of its slice of the bucket (DDP's gradient_as_bucket_view):
   // no copy back and no new allocation; the next step's zero_grad drops the views before the
   // bucket is refilled.
+  // The step flag: read, then cleared for a step that sets none.
+  if (flag_bucket_ != kNone) {
+    Bucket& bucket = buckets_[flag_bucket_];
+    if (bucket.buffer.dtype() == DType::float32) {
+      float& flag = bucket.buffer.data<float>()[bucket.gradient_elements];
+      step_flag_on_any_process_ = flag > 0.5F;
+      flag = 0.0F;
+    } else {
+      double& flag = bucket.buffer.data<double>()[bucket.gradient_elements];
+      step_flag_on_any_process_ = flag > 0.5;
+      flag = 0.0;
+    }
+  }
   for (Bucket& bucket : buckets_) {
     for (std::size_t member = 0; member < bucket.members.size(); ++member) {
       Tensor& variable = variables_[bucket.members[member]];

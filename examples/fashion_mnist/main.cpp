@@ -41,11 +41,14 @@ struct Flags {
   std::string model = "mlp";
   double learning_rate_decay = 0;  // the learning rate times this after every epoch
   bool synchronized_batch_norm = false;
+  // Fit without validation_data, so "s per epoch" is training alone (benchmarks/network_epoch.py).
+  bool skip_validation = false;
 };
 
 void usage(std::FILE* stream) {
   std::fprintf(stream,
                "usage: fashion_mnist [--model mlp|cnn] [--synchronized-batch-norm] [--learning-rate-decay X]\n"
+               "                     [--skip-validation]\n"
                "                     [--epochs N] [--batch-size N] [--learning-rate X]\n"
                "                     [--data-dir DIR] [--threads N] [--seed N]\n"
                "                     [--save PATH.safetensors] [--min-test-accuracy X]\n"
@@ -73,6 +76,10 @@ Flags parse_flags(int argc, char** argv) {
     }
     if (flag == "--synchronized-batch-norm") {
       flags.synchronized_batch_norm = true;
+      continue;
+    }
+    if (flag == "--skip-validation") {
+      flags.skip_validation = true;
       continue;
     }
     if (i + 1 >= argc) throw keras::ValueError(keras::str(flag, " needs a value"));
@@ -209,7 +216,8 @@ int main(int argc, char** argv) {
     model.fit(x_train, data.y_train,
               {.batch_size = flags.batch_size,
                .epochs = flags.epochs,
-               .validation_data = {x_test, data.y_test},
+               .validation_data = flags.skip_validation ? keras::ValidationData{}
+                                                        : keras::ValidationData{x_test, data.y_test},
                .callbacks = callbacks});
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     auto results = model.evaluate(x_test, data.y_test, {.batch_size = 1000, .verbose = 0});

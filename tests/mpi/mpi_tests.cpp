@@ -140,6 +140,25 @@ TEST(MpiCollectives, SubGroupsFromSplit) {
   EXPECT_EQ(group->name(), "parity group");
 }
 
+// A float sum that carries its own signature (Communicator::all_reduce_with_signature): the
+// payload is summed as by all_reduce and the signature's elements check out, in float32 and
+// float64 (a rank that disagrees: fault_tool's mismatch_in_data).
+TEST(MpiCollectives, SignatureRidingTheDataSums) {
+  const std::int64_t payload = 5, count = payload + kd::Communicator::kSignatureElements;
+  std::vector<float> values(static_cast<std::size_t>(count), 0.0F);
+  for (std::int64_t i = 0; i < payload; ++i) values[static_cast<std::size_t>(i)] = static_cast<float>(rank() + i);
+  kd::world().all_reduce_with_signature(values.data(), count, float32);
+  for (std::int64_t i = 0; i < payload; ++i) {
+    float expected = static_cast<float>(size() * (size() - 1) / 2 + size() * i);
+    EXPECT_EQ(values[static_cast<std::size_t>(i)], expected) << "element " << i;
+  }
+  std::vector<double> ones(static_cast<std::size_t>(count), 1.0);
+  kd::world().all_reduce_with_signature(ones.data(), count, float64);
+  EXPECT_EQ(ones[0], static_cast<double>(size()));
+  EXPECT_THROW(kd::world().all_reduce_with_signature(values.data(), count, int32), ValueError);
+  EXPECT_THROW(kd::world().all_reduce_with_signature(values.data(), 3, float32), ValueError);
+}
+
 TEST(MpiCollectives, OneGroupPerMeshAxis) {
   if (size() != 4) GTEST_SKIP() << "needs 4 processes for a (2, 2) mesh";
   kd::DeviceMesh mesh({2, 2}, {"batch", "model"});
@@ -400,7 +419,17 @@ std::vector<std::vector<double>> train_wide(bool data_parallel, std::size_t* buc
   return weights;
 }
 
+// The buckets as on one machine (on a slow link the reducer would pack them: the next test).
+class FixedBuckets {
+ public:
+  explicit FixedBuckets(const char* sizing = "as_on_one_machine") { setenv("KERAS_GRADIENT_BUCKETS", sizing, 1); }
+  ~FixedBuckets() { unsetenv("KERAS_GRADIENT_BUCKETS"); }
+  FixedBuckets(const FixedBuckets&) = delete;
+  FixedBuckets& operator=(const FixedBuckets&) = delete;
+};
+
 TEST(DataParallelTraining, WideModelWithBucketsInPlaceAliasedAndFloat64MatchesOneProcess) {
+  FixedBuckets fixed;
   std::size_t buckets = 0, in_place = 0;
   auto single = train_wide(false, nullptr, nullptr);
   auto parallel = train_wide(true, &buckets, &in_place);
@@ -415,7 +444,51 @@ TEST(DataParallelTraining, WideModelWithBucketsInPlaceAliasedAndFloat64MatchesOn
 // The aliased pair is updated by blocks: during training each process keeps only its block of
 // the velocity current, and fit() makes the state whole before it returns (without that, the
 // other processes' blocks differed from the one-process run by more than 1e-3 here).
+// Packed for a slow link (BucketOptions::size_by_link): every gradient in buckets, the aliased
+// pair included (one bucket's all-reduce sums each of its members once), the step flag riding
+// the last bucket; the same numbers.
+TEST(DataParallelTraining, WideModelPackedIntoBucketsMatchesOneProcess) {
+  FixedBuckets packed("packed");
+  std::size_t buckets = 0, in_place = 0;
+  auto single = train_wide(false, nullptr, nullptr);
+  auto parallel = train_wide(true, &buckets, &in_place);
+  EXPECT_GE(buckets, 1u);
+  EXPECT_EQ(in_place, 0u);
+  ASSERT_EQ(single.size(), parallel.size());
+  for (std::size_t w = 0; w < single.size(); ++w) {
+    keras::testing::expect_close(parallel[w], single[w], 1e-5, "weight " + std::to_string(w));
+  }
+}
+
+// The step flag rides the last bucket: any process's true is every process's, a step that
+// sets none sends false; packed buckets take the large gradient in too, and the sums are right.
+TEST(DataParallelTraining, StepFlagRidesTheGradientsAndIsTrueWhereAnyProcessSetIt) {
+  std::vector<Tensor> variables = {Tensor::zeros({600, 600}, float32), Tensor::zeros({10}, float32)};
+  for (Tensor& variable : variables) variable.set_requires_grad(true);
+  kd::BucketOptions packed;
+  packed.packed = true;
+  kd::GradientReducer reducer(kd::world_pointer(), variables, packed);
+  EXPECT_TRUE(reducer.packed_for_latency());
+  EXPECT_EQ(reducer.in_place_count(), 0u);
+  ASSERT_TRUE(reducer.flag_rides_gradients());
+  auto step = [&](bool flag, bool set) {
+    if (set) reducer.set_step_flag(flag);
+    for (Tensor& variable : variables) {
+      variable.set_grad(Tensor::full(variable.shape(), static_cast<double>(rank() + 1), float32));
+      reducer.gradient_ready(variable);
+    }
+    reducer.finish();
+    EXPECT_EQ(variables[0].grad().to_vector<float>()[12345], static_cast<float>(size() * (size() + 1) / 2));
+    return reducer.step_flag_on_any_process();
+  };
+  EXPECT_TRUE(step(rank() == size() - 1, true));
+  EXPECT_FALSE(step(false, true));
+  EXPECT_TRUE(step(true, true));
+  EXPECT_FALSE(step(true, false)) << "a step that sets no flag sends false";
+}
+
 TEST(DataParallelTraining, OptimizerStateUpdatedByBlocksIsWholeAfterFit) {
+  FixedBuckets fixed;
   std::size_t buckets = 0, in_place = 0;
   auto single = train_wide(false, nullptr, nullptr);
   auto parallel = train_wide(true, &buckets, &in_place, /*gather_state=*/false);

@@ -38,6 +38,9 @@ class GlooCommunicator : public Communicator {
                       ReduceOperation operation) override;
   void broadcast(void* data, std::int64_t count, DType dtype, int root) override;
   void barrier() override;
+  // Gloo's signature exchange is an all-gather of its own, a round trip across hosts: float
+  // sums carry their signature instead where the caller can make room (communicator.h).
+  bool signatures_ride_data() const override { return true; }
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
   // The Gloo context underneath, for benchmarks that compare against raw Gloo on it.
