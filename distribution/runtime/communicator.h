@@ -66,21 +66,6 @@ class Communicator {
   // Work queued from now on waits for every start_all_reduce so far.
   virtual void wait_for_started_all_reduces() {}
 
-  // Signatures that ride the data. Where the transport's signature exchange is a round trip of
-  // its own (Gloo's: an all-gather before each collective, a whole network latency across
-  // hosts), a float sum can carry its signature instead: all_reduce_with_signature sums `count`
-  // float32/float64 elements whose last kSignatureElements this call fills with the signature
-  // of the first count - kSignatureElements (code, dtype, count, hashed to 16 digits of 4 bits,
-  // each written as d and d*d). After the sum every rank checks that each pair reads
-  // (P*d, P*d*d): by Cauchy-Schwarz that holds only when every rank wrote the same digit, and
-  // the numbers are small integers, exact in float32 up to 74,000 processes. A disagreement
-  // poisons the group as check_signature's does, but is seen after the data moved, and a rank
-  // in a collective of another size or kind shows up as the transport's failure or deadline
-  // instead. Used for the data-parallel gradient buckets (gradient_reducer.h), whose layout
-  // every rank checked once. With signature checks off it is a plain all_reduce.
-  static constexpr std::int64_t kSignatureElements = 32;
-  virtual bool signatures_ride_data() const { return false; }
-  void all_reduce_with_signature(void* data, std::int64_t count, DType dtype);
   virtual void barrier() = 0;
   // Processes with the same color form a new group, ordered by key (MPI_Comm_split).
   virtual std::shared_ptr<Communicator> split(int color, int key, const std::string& name) = 0;

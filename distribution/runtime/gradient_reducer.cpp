@@ -111,7 +111,6 @@ void GradientReducer::check_layout_and_size_buckets(BucketOptions options, bool 
     options.in_place_bytes = static_cast<std::size_t>(-1);
     options.first_bucket_bytes = options.bucket_cap_bytes;
   }
-  signatures_ride_ = on_host && group_->signatures_ride_data() && group_->signature_checks();
 
   bucket_of_.resize(variables_.size());
   received_.assign(variables_.size(), false);
@@ -151,19 +150,16 @@ void GradientReducer::check_layout_and_size_buckets(BucketOptions options, bool 
     bucket.gradient_elements += variable.size();
     bucket_of_[position] = buckets_.size() - 1;
   }
-  // The buffers: the gradients, then (last bucket) the step flag, then the signature where it
-  // rides the data. Both need a float sum on the host.
+  // The buffers: the gradients, then (the last bucket's) the step flag, which needs a float
+  // sum on the host.
   if (!buckets_.empty() && on_host && (buckets_.back().buffer.dtype() == DType::float32 ||
                                        buckets_.back().buffer.dtype() == DType::float64)) {
     flag_bucket_ = buckets_.size() - 1;
   }
   for (std::size_t index = 0; index < buckets_.size(); ++index) {
     Bucket& bucket = buckets_[index];
-    DType dtype = bucket.buffer.dtype();
-    bool floating_sum = dtype == DType::float32 || dtype == DType::float64;
-    std::int64_t extra = (index == flag_bucket_ ? 1 : 0) +
-                         (signatures_ride_ && floating_sum ? Communicator::kSignatureElements : 0);
-    bucket.buffer = Tensor::zeros({bucket.gradient_elements + extra}, dtype, device);
+    std::int64_t flag = index == flag_bucket_ ? 1 : 0;
+    bucket.buffer = Tensor::zeros({bucket.gradient_elements + flag}, bucket.buffer.dtype(), device);
   }
 }
 
@@ -208,9 +204,7 @@ void GradientReducer::start(Bucket& bucket) {
   auto begin = std::chrono::steady_clock::now();
   CollectiveLog::record("all_reduce", group_->name(), static_cast<std::int64_t>(bucket.buffer.nbytes()));
   const DType dtype = bucket.buffer.dtype();
-  if (signatures_ride_ && (dtype == DType::float32 || dtype == DType::float64)) {
-    group_->all_reduce_with_signature(bucket.buffer.raw_data(), bucket.buffer.size(), dtype);
-  } else if (overlap_) {
+  if (overlap_) {
     reduce_group().start_all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(), dtype, ReduceOperation::sum);
   } else {
     reduce_group().all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(), dtype, ReduceOperation::sum);

@@ -106,7 +106,7 @@ class GradientReducer {
 
  private:
   struct Bucket {
-    Tensor buffer;  // flat, one dtype: the gradients, then the step flag and the signature
+    Tensor buffer;  // flat, one dtype: the gradients, then (the last bucket's) the step flag
     std::int64_t gradient_elements = 0;
     std::vector<std::size_t> members;  // indices into variables_
     std::vector<std::int64_t> offsets;
@@ -146,8 +146,6 @@ class GradientReducer {
   std::size_t next_to_start_ = 0;
   bool packed_for_latency_ = false;
   double link_latency_seconds_ = 0;
-  // Whether each bucket's signature rides its data (Communicator::all_reduce_with_signature).
-  bool signatures_ride_ = false;
   std::size_t flag_bucket_ = kNone;  // the bucket whose element after its gradients is the flag
   bool step_flag_on_any_process_ = false;
   double communication_seconds_ = 0;

@@ -15,8 +15,6 @@
 //   mismatch_small_large  [1] a 1 MiB all_reduce (waits for the signatures, then blocks) where
 //                 rank 0 issues a 16-byte one (in flight beside its signature): both told
 //   mismatch_barrier_broadcast  [0] a barrier where rank 1 broadcasts 3 int64: both told
-//   mismatch_in_data  [0] a sum whose signature rides its data (all_reduce_with_signature)
-//                 where rank 1 sums as many floats with its checks off: rank 0 told
 //   blocked       [1] turns signature checks off and enters a blocking all_reduce that rank 0
 //                 joins only after 40 s: the watchdog must end rank 1 (timeout 1 s, so after
 //                 blocking_call_limit = 11 s; fault_at is when that limit passes)
@@ -159,17 +157,6 @@ int run(const std::string& scenario) {
     if (kd::process_id() == 1) mark_fault("ranks issue a small and a large all_reduce");
     kd::world().all_reduce(data.data(), static_cast<std::int64_t>(data.size()), keras::float32,
                            kd::ReduceOperation::sum);
-  } else if (scenario == "mismatch_in_data") {
-    const std::int64_t count = 5 + kd::Communicator::kSignatureElements;
-    std::vector<float> data(static_cast<std::size_t>(count), 1.0f);
-    if (kd::process_id() == 0) {
-      mark_fault("a sum carrying its signature against a plain one");
-      kd::world().all_reduce_with_signature(data.data(), count, keras::float32);
-    } else {
-      kd::world().set_signature_checks(false);
-      kd::world().all_reduce(data.data(), count, keras::float32, kd::ReduceOperation::sum);
-      kd::world().set_signature_checks(true);
-    }
   } else if (scenario == "mismatch_barrier_broadcast") {
     if (kd::process_id() == 0) {
       mark_fault("a barrier against a broadcast");

@@ -140,25 +140,6 @@ TEST(MpiCollectives, SubGroupsFromSplit) {
   EXPECT_EQ(group->name(), "parity group");
 }
 
-// A float sum that carries its own signature (Communicator::all_reduce_with_signature): the
-// payload is summed as by all_reduce and the signature's elements check out, in float32 and
-// float64 (a rank that disagrees: fault_tool's mismatch_in_data).
-TEST(MpiCollectives, SignatureRidingTheDataSums) {
-  const std::int64_t payload = 5, count = payload + kd::Communicator::kSignatureElements;
-  std::vector<float> values(static_cast<std::size_t>(count), 0.0F);
-  for (std::int64_t i = 0; i < payload; ++i) values[static_cast<std::size_t>(i)] = static_cast<float>(rank() + i);
-  kd::world().all_reduce_with_signature(values.data(), count, float32);
-  for (std::int64_t i = 0; i < payload; ++i) {
-    float expected = static_cast<float>(size() * (size() - 1) / 2 + size() * i);
-    EXPECT_EQ(values[static_cast<std::size_t>(i)], expected) << "element " << i;
-  }
-  std::vector<double> ones(static_cast<std::size_t>(count), 1.0);
-  kd::world().all_reduce_with_signature(ones.data(), count, float64);
-  EXPECT_EQ(ones[0], static_cast<double>(size()));
-  EXPECT_THROW(kd::world().all_reduce_with_signature(values.data(), count, int32), ValueError);
-  EXPECT_THROW(kd::world().all_reduce_with_signature(values.data(), 3, float32), ValueError);
-}
-
 TEST(MpiCollectives, OneGroupPerMeshAxis) {
   if (size() != 4) GTEST_SKIP() << "needs 4 processes for a (2, 2) mesh";
   kd::DeviceMesh mesh({2, 2}, {"batch", "model"});

@@ -67,6 +67,13 @@ class MeshContext : public gloo::Context {
   }
 };
 
+// Slots of our own point-to-point exchanges between two processes, apart from Gloo's
+// algorithms' (gloo/types.h uses prefixes 0x01 to 0x08): signatures, all_reduce's values into
+// a receive posted ahead, and its values the first time they outgrow that receive.
+constexpr std::uint8_t kSignatureSlotPrefix = 0x40;
+constexpr std::uint8_t kExchangeSlotPrefix = 0x41;
+constexpr std::uint8_t kFirstExchangeSlotPrefix = 0x42;
+
 gloo::AllreduceOptions::Func reduce_function(DType dtype, ReduceOperation operation) {
   auto pick = [operation](auto tag) -> gloo::AllreduceOptions::Func {
     using T = decltype(tag);
@@ -143,9 +150,105 @@ void GlooCommunicator::guarded(const char* what, Body&& body) {
   }
 }
 
+void GlooCommunicator::post_signature_receive() {
+  signature_in_ = context_->createUnboundBuffer(peer_signature_.data(), sizeof peer_signature_);
+  signature_in_->recv(1 - rank_, gloo::Slot::build(kSignatureSlotPrefix, signature_sequence_));
+}
+
+void GlooCommunicator::post_values_receive() {
+  // A handle dropped here leaves no receive behind: Gloo holds it by a weak pointer.
+  values_in_.reset();
+  if (posted_capacity_ == 0) return;
+  values_in_ = context_->createUnboundBuffer(peer_values_.data(), posted_capacity_);
+  values_in_->recv(1 - rank_, gloo::Slot::build(kExchangeSlotPrefix, exchange_sequence_));
+}
+
+Communicator::Signature GlooCommunicator::peer_signature_for(const Signature& mine) {
+  const int peer = 1 - rank_;
+  // The first exchange posts its receive now: one posted while the mesh was still connecting
+  // was never announced to the peer (both sides then waited for each other's notice).
+  if (!signature_in_) post_signature_receive();
+  own_signature_ = mine;
+  auto signature_out = context_->createUnboundBuffer(own_signature_.data(), sizeof own_signature_);
+  signature_out->send(peer, gloo::Slot::build(kSignatureSlotPrefix, signature_sequence_));
+  signature_in_->waitRecv(timeout_);
+  signature_out->waitSend(timeout_);
+  Signature theirs = peer_signature_;
+  signature_sequence_ += 1;
+  post_signature_receive();
+  return theirs;
+}
+
+void GlooCommunicator::exchange_and_reduce(void* data, std::int64_t count, DType dtype, std::int64_t code,
+                                           const gloo::AllreduceOptions::Func& reduce) {
+  refuse_if_poisoned("all_reduce");
+  const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
+  const Signature mine = {code, static_cast<std::int64_t>(dtype), count};
+  guarded("all_reduce", [&] {
+    const int peer = 1 - rank_;
+    // Fast: the peer has a receive posted that holds these bytes (both sides know its size:
+    // the largest exchange so far), so the values go at once, beside the signature.
+    const bool fast = bytes <= posted_capacity_;
+    std::unique_ptr<gloo::transport::UnboundBuffer> values_out;
+    if (fast) {
+      values_out = context_->createUnboundBuffer(data, bytes);
+      values_out->send(peer, gloo::Slot::build(kExchangeSlotPrefix, exchange_sequence_));
+    }
+    if (signature_checks()) {
+      Signature theirs = peer_signature_for(mine);
+      if (theirs != mine) {
+        // The peer is in another collective. A send already under way reads the caller's
+        // buffer: it is let finish (the peer's receive is posted) before the error returns.
+        if (values_out) values_out->waitSend(timeout_);
+        std::vector<std::int64_t> every(6);
+        std::copy(mine.begin(), mine.end(), every.begin() + 3 * rank_);
+        std::copy(theirs.begin(), theirs.end(), every.begin() + 3 * peer);
+        poison(disagreement_message("all_reduce", every));
+      }
+    }
+    const char* values = nullptr;
+    std::vector<char> grown;
+    if (fast) {
+      values_in_->waitRecv(timeout_);
+      values_out->waitSend(timeout_);
+      values = peer_values_.data();
+    } else {
+      // Slow, once per new largest size: a receive posted now, after the signatures agreed
+      // (a peer's larger values must never reach a smaller receive: Gloo aborts the process).
+      grown.resize(bytes);
+      const std::uint64_t slot = gloo::Slot::build(kFirstExchangeSlotPrefix, exchange_sequence_);
+      auto values_in = context_->createUnboundBuffer(grown.data(), bytes);
+      auto send = context_->createUnboundBuffer(data, bytes);
+      values_in->recv(peer, slot);
+      send->send(peer, slot);
+      values_in->waitRecv(timeout_);
+      send->waitSend(timeout_);
+      values = grown.data();
+    }
+    reduce(data, data, values, static_cast<std::size_t>(count));
+    exchange_sequence_ += 1;
+    if (!fast) {
+      values_in_.reset();  // the receive posted ahead into the old buffer, now unused
+      posted_capacity_ = bytes;
+      peer_values_.resize(bytes);
+    }
+    post_values_receive();
+  });
+}
+
 std::optional<std::vector<std::int64_t>> GlooCommunicator::exchange_signatures(const Signature& mine,
                                                                                const char* what) {
   std::vector<std::int64_t> every(3 * static_cast<std::size_t>(size_));
+  if (size_ == 2) {
+    // Two processes: on the signature slots exchange_and_reduce uses (posted ahead), so that
+    // a rank in any collective and its peer in an all_reduce see each other's signatures.
+    guarded(what, [&] {
+      Signature theirs = peer_signature_for(mine);
+      std::copy(mine.begin(), mine.end(), every.begin() + 3 * rank_);
+      std::copy(theirs.begin(), theirs.end(), every.begin() + 3 * (1 - rank_));
+    });
+    return every;
+  }
   guarded(what, [&] {
     gloo::AllgatherOptions options(context_);
     options.setInput(const_cast<std::int64_t*>(mine.data()), 3);
@@ -158,7 +261,13 @@ std::optional<std::vector<std::int64_t>> GlooCommunicator::exchange_signatures(c
 
 void GlooCommunicator::all_reduce(void* data, std::int64_t count, DType dtype, ReduceOperation operation) {
   gloo::AllreduceOptions::Func reduce = reduce_function(dtype, operation);
-  check_signature(collective_code(CollectiveKind::all_reduce, static_cast<std::int64_t>(operation)), dtype, count, "all_reduce");
+  const std::int64_t code = collective_code(CollectiveKind::all_reduce, static_cast<std::int64_t>(operation));
+  if (size_ == 2 && count > 0) {
+    exchange_and_reduce(data, count, dtype, code, reduce);
+    if (operation == ReduceOperation::mean) divide_in_place(data, count, dtype, size_);
+    return;
+  }
+  check_signature(code, dtype, count, "all_reduce");
   if (size_ == 1 || count == 0) return;
   guarded("all_reduce", [&] {
     gloo::AllreduceOptions options(context_);
