@@ -41,9 +41,10 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kerasConfig.cmake
 set(KERAS_PKG_CUDA_LIBS "")
 set(KERAS_PKG_CUDA_CFLAGS "")
 if(KERAS_HAS_CUDA)
-  set(KERAS_PKG_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcudart")
+  # cuBLAS is loaded at run time (engine/cuda/cublas_library.h): dlopen, not -lcublas.
+  set(KERAS_PKG_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lcudart -ldl")
   if(KERAS_HAS_NCCL)
-    set(KERAS_PKG_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lnccl -lcublas -lcudart")
+    set(KERAS_PKG_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lnccl -lcudart -ldl")
   endif()
   set(KERAS_PKG_CUDA_CFLAGS "-DKERAS_HAS_CUDA=1")
 endif()

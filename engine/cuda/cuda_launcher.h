@@ -4,6 +4,7 @@
 #include <climits>
 #include <typeinfo>
 
+#include "engine/cuda/cublas_library.h"
 #include "engine/cuda/device_state.h"
 #include "engine/cuda/kernels.h"
 
@@ -58,7 +59,7 @@ class CudaLauncher {
   void gemm(const GemmCall& call, const float* a, const float* b, float* c) {
     const float one = 1.0f, beta = call.accumulate ? 1.0f : 0.0f;
     check_sizes(call);
-    gpu::check_cublas(cublasSgemmStridedBatched(
+    gpu::check_cublas(gpu::cublas().sgemm_strided_batched(
                           state_.blas, operation(call.transpose_a), operation(call.transpose_b),
                           narrow(call.m), narrow(call.n), narrow(call.k), &one, a,
                           narrow(call.lda), call.stride_a, b, narrow(call.ldb), call.stride_b,
@@ -68,7 +69,7 @@ class CudaLauncher {
   void gemm(const GemmCall& call, const double* a, const double* b, double* c) {
     const double one = 1.0, beta = call.accumulate ? 1.0 : 0.0;
     check_sizes(call);
-    gpu::check_cublas(cublasDgemmStridedBatched(
+    gpu::check_cublas(gpu::cublas().dgemm_strided_batched(
                           state_.blas, operation(call.transpose_a), operation(call.transpose_b),
                           narrow(call.m), narrow(call.n), narrow(call.k), &one, a,
                           narrow(call.lda), call.stride_a, b, narrow(call.ldb), call.stride_b,

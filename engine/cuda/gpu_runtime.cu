@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "engine/cuda/cublas_library.h"
 #include "engine/cuda/device_state.h"
 #include "engine/environment.h"
 #include "engine/errors.h"
@@ -51,12 +52,12 @@ std::unique_ptr<DeviceState> make_state(int device_index) {
   state->index = device_index;
   check_cuda(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking),
              "cudaStreamCreateWithFlags", device_index);
-  check_cublas(cublasCreate(&state->blas), "cublasCreate", device_index);
-  check_cublas(cublasSetStream(state->blas, state->stream), "cublasSetStream", device_index);
+  check_cublas(cublas().create(&state->blas), "cublasCreate", device_index);
+  check_cublas(cublas().set_stream(state->blas, state->stream), "cublasSetStream", device_index);
   // float32 products in float32, as on the CPU: TF32 tensor cores only when asked for
   // (KERAS_ALLOW_TF32=1; NVIDIA_TF32_OVERRIDE=0 still forbids them driver-wide).
   bool allow_tf32 = environment::integer("KERAS_ALLOW_TF32", 0, 1).value_or(0) == 1;
-  check_cublas(cublasSetMathMode(state->blas, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+  check_cublas(cublas().set_math_mode(state->blas, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                          : CUBLAS_DEFAULT_MATH),
                "cublasSetMathMode", device_index);
   check_cuda(cudaMalloc(&state->error_report, sizeof(gpu_kernels::ErrorReport)), "cudaMalloc",
@@ -99,7 +100,7 @@ void throw_cuda_error(cudaError_t status, const char* call, int device_index) {
 void check_cublas(cublasStatus_t status, const char* call, int device_index) {
   if (status != CUBLAS_STATUS_SUCCESS) {
     throw Error(str(call, " failed on gpu:", device_index, " in ", process_description(), ": ",
-                    cublasGetStatusName(status), " (", cublasGetStatusString(status), ")"));
+                    cublas().status_name(status), " (", cublas().status_string(status), ")"));
   }
 }
 

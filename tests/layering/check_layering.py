@@ -7,7 +7,9 @@ Checks, from the sources and from the build:
      anything of ours);
   2. what keras_engine links (its LINK_LIBRARIES and INTERFACE_LINK_LIBRARIES, written by
      CMake at generate time) names no MPI, Gloo or NCCL library;
-  3. the engine-only program loads no MPI, Gloo or NCCL shared library (readelf -d NEEDED).
+  3. the engine-only program loads no MPI, Gloo or NCCL shared library (readelf -d NEEDED);
+  4. it needs no cuBLAS, nor maps it after CPU work: a CUDA build loads cuBLAS with the first GPU
+     (engine/cuda/cublas_library.h), since linked it cost every process 95 MB.
 
 usage: check_layering.py SOURCE_DIR ENGINE_LINK_FILE ENGINE_ONLY_PROGRAM
 """
@@ -66,9 +68,13 @@ def main():
     for library in libraries:
         if FORBIDDEN_IN_ENGINE.search(library):
             problems.append(f"the engine-only program loads {library}")
+        if "cublas" in library:
+            problems.append(f"the engine-only program needs {library} at start (load it with the first GPU)")
     run = subprocess.run([program], capture_output=True, text=True, timeout=60)
     if run.returncode != 0 or "engine alone: sum 12.0" not in run.stdout:
         problems.append(f"the engine-only program failed ({run.returncode}): {run.stdout}{run.stderr}")
+    if "cuBLAS mapped after CPU work: no" not in run.stdout:
+        problems.append(f"the engine-only program mapped cuBLAS without a GPU in use: {run.stdout}")
     if problems:
         print("layering violated:\n  " + "\n  ".join(problems))
         return 1
