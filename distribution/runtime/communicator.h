@@ -65,7 +65,6 @@ class Communicator {
   }
   // Work queued from now on waits for every start_all_reduce so far.
   virtual void wait_for_started_all_reduces() {}
-
   virtual void barrier() = 0;
   // Processes with the same color form a new group, ordered by key (MPI_Comm_split).
   virtual std::shared_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
