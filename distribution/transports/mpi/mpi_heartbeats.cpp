@@ -94,8 +94,17 @@ void start_mpi_heartbeats(MPI_Comm world) {
   std::size_t first = text.find(' '), second = text.find(' ', first + 1);
   std::string store_host = text.substr(0, first);
   int port = std::stoi(text.substr(first + 1, second - first - 1));
-  heartbeat_monitor = std::make_unique<JobMonitor>(store_host, port, rank, size,
-                                                   JobToken(text.substr(second + 1), "heartbeats"));
+  try {
+    heartbeat_monitor = std::make_unique<JobMonitor>(store_host, port, rank, size,
+                                                     JobToken(text.substr(second + 1), "heartbeats"));
+  } catch (const Error& error) {
+    // The store client's own words name an address, not what it is for: say so, and which
+    // setting picks the address process 0 listens on.
+    throw CollectiveError(str("process ", rank, " could not reach the heartbeat store that process 0 serves ",
+                              "for this mpirun job at ", store_host, ":", port, " (", error.what(),
+                              "). Across machines process 0 listens on its host name, or on the interface ",
+                              "KERAS_DISTRIBUTION_INTERFACE names: set it to one every machine can reach"));
+  }
 }
 
 void stop_mpi_heartbeat_monitor() { heartbeat_monitor.reset(); }
