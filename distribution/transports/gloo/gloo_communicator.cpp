@@ -73,6 +73,8 @@ class MeshContext : public gloo::Context {
 constexpr std::uint8_t kSignatureSlotPrefix = 0x40;
 constexpr std::uint8_t kExchangeSlotPrefix = 0x41;
 constexpr std::uint8_t kFirstExchangeSlotPrefix = 0x42;
+// After signatures that disagree: each side confirms it read the other's (peer_signature_for).
+constexpr std::uint8_t kConfirmSlotPrefix = 0x43;
 
 gloo::AllreduceOptions::Func reduce_function(DType dtype, ReduceOperation operation) {
   auto pick = [operation](auto tag) -> gloo::AllreduceOptions::Func {
@@ -176,6 +178,26 @@ Communicator::Signature GlooCommunicator::peer_signature_for(const Signature& mi
   Signature theirs = peer_signature_;
   signature_sequence_ += 1;
   post_signature_receive();
+  if (theirs != mine) {
+    // The caller reports the disagreement, and its process may end at once. Ending with unread
+    // data in its socket makes the kernel reset the connection, which discards what the peer
+    // has not read yet: this rank's signature, one run in 30 here (the peer then only saw "a
+    // peer closed its connection"). So each side first confirms it holds the other's; a peer
+    // that never confirms costs at most 2 s.
+    const std::uint64_t slot = gloo::Slot::build(kConfirmSlotPrefix, signature_sequence_ - 1);
+    std::int64_t confirmation = 1, peer_confirmation = 0;
+    auto confirmation_in = context_->createUnboundBuffer(&peer_confirmation, sizeof peer_confirmation);
+    auto confirmation_out = context_->createUnboundBuffer(&confirmation, sizeof confirmation);
+    const auto limit = std::min(timeout_, std::chrono::milliseconds(2000));
+    try {
+      confirmation_in->recv(peer, slot);
+      confirmation_out->send(peer, slot);
+      confirmation_in->waitRecv(limit);
+      confirmation_out->waitSend(limit);
+    } catch (const std::exception&) {
+      // The peer is gone or never confirms: the disagreement is reported all the same.
+    }
+  }
   return theirs;
 }
 
