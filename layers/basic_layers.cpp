@@ -7,13 +7,13 @@
 namespace keras::layers {
 
 Activation::Activation(const std::string& activation, const std::string& name)
-    : Layer("activation", name), activation_(activations::get(activation)),
+    : LayerOf("activation", name), activation_(activations::get(activation)),
       elementwise_(activations::is_elementwise(activation)) {}
 
 Tensor Activation::call(const Tensor& inputs, bool) { return activation_(inputs); }
 
 Dropout::Dropout(double rate, std::optional<std::uint64_t> seed, const std::string& name)
-    : Layer("dropout", name), rate_(rate), seed_(seed ? *seed : next_random_seed()) {
+    : LayerOf("dropout", name), rate_(rate), seed_(seed ? *seed : next_random_seed()) {
   if (!(rate >= 0.0 && rate < 1.0)) {
     throw ValueError(str("Dropout: rate must be in [0, 1), got ", rate));
   }
@@ -34,7 +34,7 @@ Tensor Dropout::call(const Tensor& inputs, bool training) {
   return ops::dropout(inputs, rate_, seed_ + 0x9E3779B97F4A7C15ull * ++calls_);
 }
 
-Flatten::Flatten(const std::string& name) : Layer("flatten", name) {}
+Flatten::Flatten(const std::string& name) : LayerOf("flatten", name) {}
 
 Tensor Flatten::call(const Tensor& inputs, bool) {
   if (inputs.rank() == 0) throw ShapeError("Flatten needs inputs with a batch axis, got a scalar");
@@ -42,7 +42,7 @@ Tensor Flatten::call(const Tensor& inputs, bool) {
 }
 
 Reshape::Reshape(Shape target_shape, const std::string& name)
-    : Layer("reshape", name), target_shape_(std::move(target_shape)) {
+    : LayerOf("reshape", name), target_shape_(std::move(target_shape)) {
   int unknown = 0;
   for (std::int64_t dim : target_shape_) {
     if (dim == -1) ++unknown;
@@ -66,7 +66,7 @@ Tensor Reshape::call(const Tensor& inputs, bool) {
 
 Embedding::Embedding(std::int64_t input_dim, std::int64_t output_dim,
                      initializers::InitializerPtr embeddings_initializer, const std::string& name)
-    : Layer("embedding", name), input_dim_(input_dim), output_dim_(output_dim),
+    : LayerOf("embedding", name), input_dim_(input_dim), output_dim_(output_dim),
       initializer_(embeddings_initializer ? std::move(embeddings_initializer)
                                           : initializers::get("uniform")) {
   if (input_dim <= 0 || output_dim <= 0) {
@@ -93,7 +93,7 @@ Tensor Embedding::call(const Tensor& inputs, bool) {
 
 LayerNormalization::LayerNormalization(double epsilon, bool center, bool scale,
                                        const std::string& name)
-    : Layer("layer_normalization", name), epsilon_(epsilon), center_(center), scale_(scale) {
+    : LayerOf("layer_normalization", name), epsilon_(epsilon), center_(center), scale_(scale) {
   if (!(epsilon > 0)) throw ValueError(str("LayerNormalization: epsilon must be > 0, got ", epsilon));
 }
 
@@ -127,7 +127,7 @@ Tensor LayerNormalization::call(const Tensor& inputs_in, bool) {
 
 namespace keras::layers {
 
-Softmax::Softmax(std::int64_t axis, const std::string& name) : Layer("softmax", name), axis_(axis) {}
+Softmax::Softmax(std::int64_t axis, const std::string& name) : LayerOf("softmax", name), axis_(axis) {}
 
 Tensor Softmax::call(const Tensor& inputs, bool) { return ops::softmax(inputs, axis_); }
 
@@ -155,7 +155,7 @@ Tensor Softmax::masked_softmax(const Tensor& inputs, const Tensor& mask_in, std:
   return ops::where(mask, ops::softmax(masked, axis), ops::scalar_like(inputs, 0.0));
 }
 
-ReLU::ReLU(ReLUOptions options) : Layer("re_lu", options.name), options_(std::move(options)) {
+ReLU::ReLU(ReLUOptions options) : LayerOf("re_lu", options.name), options_(std::move(options)) {
   if (options_.max_value && !(*options_.max_value >= 0.0)) {
     throw ValueError(str("ReLU: max_value must be >= 0, got ", *options_.max_value));
   }
@@ -176,37 +176,15 @@ Tensor ReLU::call(const Tensor& inputs, bool) {
 }
 
 Rescaling::Rescaling(double scale, double offset, const std::string& name)
-    : Layer("rescaling", name), scale_(scale), offset_(offset) {}
+    : LayerOf("rescaling", name), scale_(scale), offset_(offset) {}
 
 Tensor Rescaling::call(const Tensor& inputs, bool) {
   Tensor x = is_floating(inputs.dtype()) ? inputs : ops::cast(inputs, float32);
   return offset_ == 0.0 ? x * scale_ : x * scale_ + offset_;
 }
 
-Add::Add(const std::string& name) : Layer("add", name) {}
-
-Tensor Add::call(const Tensor&, bool) {
-  throw ValueError(str("Add '", name(), "' needs at least 2 inputs, got 1; call it with a list: add({x, y})"));
-}
-
-Tensor Add::operator()(const std::vector<Tensor>& inputs, bool) {
-  if (inputs.size() < 2) {
-    throw ValueError(str("Add '", name(), "' needs at least 2 inputs, got ", inputs.size()));
-  }
-  Tensor total = inputs[0];
-  for (std::size_t i = 1; i < inputs.size(); ++i) {
-    if (inputs[i].shape() != inputs[0].shape()) {
-      throw ShapeError(str("Add '", name(), "': input ", i, " has shape ", shape_to_string(inputs[i].shape()),
-                           " but input 0 has shape ", shape_to_string(inputs[0].shape()),
-                           "; every input must have the same shape"));
-    }
-    total = total + inputs[i];
-  }
-  return total;
-}
-
 RMSNormalization::RMSNormalization(double epsilon, const std::string& name)
-    : Layer("rms_normalization", name), epsilon_(epsilon) {
+    : LayerOf("rms_normalization", name), epsilon_(epsilon) {
   if (!(epsilon > 0)) throw ValueError(str("RMSNormalization: epsilon must be > 0, got ", epsilon));
 }
 
@@ -232,7 +210,7 @@ namespace keras::layers {
 
 PositionEmbedding::PositionEmbedding(std::int64_t sequence_length, initializers::InitializerPtr initializer,
                                      const std::string& name)
-    : Layer("position_embedding", name),
+    : LayerOf("position_embedding", name),
       sequence_length_(sequence_length),
       initializer_(initializer ? std::move(initializer) : initializers::glorot_uniform()) {
   if (sequence_length <= 0) {

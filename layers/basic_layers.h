@@ -1,4 +1,4 @@
-// Small layers without (or with simple) weights: Activation, ReLU, Rescaling, Softmax, Add,
+// Small layers without (or with simple) weights: Activation, ReLU, Rescaling, Softmax,
 // Dropout, Flatten, Reshape, Embedding, LayerNormalization, RMSNormalization — Keras' semantics
 // and defaults.
 #pragma once
@@ -7,10 +7,11 @@
 #include "distribution/sharding/sharded_tensor.h"
 #include "layers/activations.h"
 #include "layers/layer.h"
+#include "layers/merging.h"  // Add lived here
 
 namespace keras::layers {
 
-class Activation : public Layer {
+class Activation : public LayerOf<Activation> {
  public:
   explicit Activation(const std::string& activation, const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
@@ -30,7 +31,7 @@ struct ReLUOptions {
   std::string name{};
 };
 
-class ReLU : public Layer {
+class ReLU : public LayerOf<ReLU> {
  public:
   explicit ReLU(ReLUOptions options = {});
   Tensor call(const Tensor& inputs, bool training) override;
@@ -41,7 +42,7 @@ class ReLU : public Layer {
 };
 
 // keras.layers.Rescaling: x * scale + offset (images' 0..255 to 0..1 with scale 1 / 255).
-class Rescaling : public Layer {
+class Rescaling : public LayerOf<Rescaling> {
  public:
   explicit Rescaling(double scale, double offset = 0.0, const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
@@ -53,7 +54,7 @@ class Rescaling : public Layer {
 // Softmax along `axis`; with a mask (bool, or numbers kept where > 0.5, broadcastable to the
 // input and of no greater rank) as Keras 3: masked positions get -1e9 before the softmax and 0
 // after it, so that a fully masked line is zeros rather than uniform.
-class Softmax : public Layer {
+class Softmax : public LayerOf<Softmax> {
  public:
   explicit Softmax(std::int64_t axis = -1, const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
@@ -65,18 +66,9 @@ class Softmax : public Layer {
   std::int64_t axis_;
 };
 
-// The sum of its inputs, all of one shape (keras.layers.Add): add({x, y}).
-class Add : public Layer {
- public:
-  explicit Add(const std::string& name = "");
-  Tensor call(const Tensor& inputs, bool training) override;
-  Tensor operator()(const std::vector<Tensor>& inputs, bool training = false);
-  using Layer::operator();
-};
-
 // In training, zeroes each element with probability `rate` and scales the rest by
 // 1 / (1 - rate); the identity in inference.
-class Dropout : public Layer {
+class Dropout : public LayerOf<Dropout> {
  public:
   explicit Dropout(double rate, std::optional<std::uint64_t> seed = std::nullopt,
                    const std::string& name = "");
@@ -91,14 +83,14 @@ class Dropout : public Layer {
 };
 
 // (batch, d1, d2, …) -> (batch, d1*d2*…).
-class Flatten : public Layer {
+class Flatten : public LayerOf<Flatten> {
  public:
   explicit Flatten(const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
 };
 
 // (batch, …) -> (batch, *target_shape); one target dimension may be -1.
-class Reshape : public Layer {
+class Reshape : public LayerOf<Reshape> {
  public:
   explicit Reshape(Shape target_shape, const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
@@ -111,7 +103,7 @@ class Reshape : public Layer {
 // may be split by vocabulary ("model", None): each process looks up the rows it holds, zeroes
 // the others, and one all-reduce sums the partial lookups; or by feature (None, "model"): each
 // process returns its columns of every row, and the output stays sharded on its last axis.
-class Embedding : public Layer {
+class Embedding : public LayerOf<Embedding> {
  public:
   Embedding(std::int64_t input_dim, std::int64_t output_dim,
             initializers::InitializerPtr embeddings_initializer = nullptr,
@@ -131,7 +123,7 @@ class Embedding : public Layer {
 // ModelParallel the last axis may be sharded: the row sums are then all-reduced over the axis
 // that splits it (two small all-reduces per call), and gamma and beta are used in the same
 // blocks.
-class LayerNormalization : public Layer {
+class LayerNormalization : public LayerOf<LayerNormalization> {
  public:
   explicit LayerNormalization(double epsilon = 1e-3, bool center = true, bool scale = true,
                               const std::string& name = "");
@@ -148,7 +140,7 @@ class LayerNormalization : public Layer {
 // keras_hub.layers.PositionEmbedding: a learned (sequence_length, features) table whose first T
 // rows, broadcast to the input's shape (batch, T, features), are the positions' embeddings; add
 // them to the token embeddings. Its input is only read for its shape.
-class PositionEmbedding : public Layer {
+class PositionEmbedding : public LayerOf<PositionEmbedding> {
  public:
   explicit PositionEmbedding(std::int64_t sequence_length, initializers::InitializerPtr initializer = nullptr,
                              const std::string& name = "");
@@ -165,7 +157,7 @@ class PositionEmbedding : public Layer {
 // keras.layers.RMSNormalization (Keras 3.9): x * rsqrt(mean(x^2 over the last axis) + epsilon)
 // * scale, with `scale` (last dimension,) initialised to ones. Under ModelParallel its input is
 // gathered to the data layout (no sharding rule of its own yet).
-class RMSNormalization : public Layer {
+class RMSNormalization : public LayerOf<RMSNormalization> {
  public:
   explicit RMSNormalization(double epsilon = 1e-6, const std::string& name = "");
   void build(const Shape& input_shape) override;

@@ -7,7 +7,7 @@
 namespace keras::layers {
 
 BatchNormalization::BatchNormalization(BatchNormalizationOptions options)
-    : Layer("batch_normalization", options.name), options_(std::move(options)) {
+    : LayerOf("batch_normalization", options.name), options_(std::move(options)) {
   if (!(options_.momentum >= 0.0 && options_.momentum <= 1.0)) {
     throw ValueError(str("BatchNormalization: momentum must be in [0, 1], got ", options_.momentum));
   }

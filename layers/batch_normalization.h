@@ -35,7 +35,7 @@ struct BatchNormalizationOptions {
   std::string name{};
 };
 
-class BatchNormalization : public Layer {
+class BatchNormalization : public LayerOf<BatchNormalization> {
  public:
   explicit BatchNormalization(BatchNormalizationOptions options = {});
   void build(const Shape& input_shape) override;

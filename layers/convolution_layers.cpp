@@ -28,7 +28,7 @@ std::string lowered(std::string text) {
 }  // namespace
 
 Conv2D::Conv2D(std::int64_t filters, std::vector<std::int64_t> kernel_size, Conv2DOptions options)
-    : Layer("conv2d", options.name), filters_(filters), options_(std::move(options)),
+    : LayerOf("conv2d", options.name), filters_(filters), options_(std::move(options)),
       activation_(activations::get(options_.activation)) {
   refuse_channels_first(options_.data_format, "Conv2D");
   if (filters <= 0) throw ValueError(str("Conv2D: filters must be a positive integer, got ", filters));
@@ -83,7 +83,7 @@ Tensor Conv2D::call(const Tensor& inputs, bool) {
 }
 
 MaxPooling2D::MaxPooling2D(std::vector<std::int64_t> pool_size, Pooling2DOptions options)
-    : Layer("max_pooling2d", options.name), pool_size_(window_pair(pool_size, "MaxPooling2D", "pool_size")),
+    : LayerOf("max_pooling2d", options.name), pool_size_(window_pair(pool_size, "MaxPooling2D", "pool_size")),
       options_(std::move(options)) {
   refuse_channels_first(options_.data_format, "MaxPooling2D");
   if (!options_.strides.empty()) window_pair(options_.strides, "MaxPooling2D", "strides");
@@ -95,7 +95,7 @@ Tensor MaxPooling2D::call(const Tensor& inputs, bool) {
 }
 
 AveragePooling2D::AveragePooling2D(std::vector<std::int64_t> pool_size, Pooling2DOptions options)
-    : Layer("average_pooling2d", options.name),
+    : LayerOf("average_pooling2d", options.name),
       pool_size_(window_pair(pool_size, "AveragePooling2D", "pool_size")), options_(std::move(options)) {
   refuse_channels_first(options_.data_format, "AveragePooling2D");
   if (!options_.strides.empty()) window_pair(options_.strides, "AveragePooling2D", "strides");
@@ -108,7 +108,7 @@ Tensor AveragePooling2D::call(const Tensor& inputs, bool) {
 
 GlobalAveragePooling2D::GlobalAveragePooling2D(bool keepdims, const std::string& data_format,
                                                const std::string& name)
-    : Layer("global_average_pooling2d", name), keepdims_(keepdims) {
+    : LayerOf("global_average_pooling2d", name), keepdims_(keepdims) {
   refuse_channels_first(data_format, "GlobalAveragePooling2D");
 }
 

@@ -29,7 +29,7 @@ struct Conv2DOptions {
   std::string name{};
 };
 
-class Conv2D : public Layer {
+class Conv2D : public LayerOf<Conv2D> {
  public:
   Conv2D(std::int64_t filters, std::vector<std::int64_t> kernel_size, Conv2DOptions options = {});
   void build(const Shape& input_shape) override;
@@ -55,7 +55,7 @@ struct Pooling2DOptions {
   std::string name{};
 };
 
-class MaxPooling2D : public Layer {
+class MaxPooling2D : public LayerOf<MaxPooling2D> {
  public:
   explicit MaxPooling2D(std::vector<std::int64_t> pool_size = {2, 2}, Pooling2DOptions options = {});
   Tensor call(const Tensor& inputs, bool training) override;
@@ -66,7 +66,7 @@ class MaxPooling2D : public Layer {
   Pooling2DOptions options_;
 };
 
-class AveragePooling2D : public Layer {
+class AveragePooling2D : public LayerOf<AveragePooling2D> {
  public:
   explicit AveragePooling2D(std::vector<std::int64_t> pool_size = {2, 2}, Pooling2DOptions options = {});
   Tensor call(const Tensor& inputs, bool training) override;
@@ -79,7 +79,7 @@ class AveragePooling2D : public Layer {
 
 // The mean over height and width: (batch, h, w, c) -> (batch, c), or (batch, 1, 1, c) with
 // keepdims.
-class GlobalAveragePooling2D : public Layer {
+class GlobalAveragePooling2D : public LayerOf<GlobalAveragePooling2D> {
  public:
   explicit GlobalAveragePooling2D(bool keepdims = false, const std::string& data_format = "channels_last",
                                   const std::string& name = "");

@@ -7,7 +7,7 @@
 namespace keras::layers {
 
 Dense::Dense(std::int64_t units, const std::string& activation, DenseOptions options)
-    : Layer("dense", options.name), units_(units), activation_name_(activation),
+    : LayerOf("dense", options.name), units_(units), activation_name_(activation),
       activation_(activations::get(activation)), options_(std::move(options)) {
   if (units <= 0) throw ValueError(str("Dense: units must be a positive integer, got ", units));
   if (!options_.kernel_initializer) options_.kernel_initializer = initializers::glorot_uniform();

@@ -10,12 +10,12 @@ namespace keras::layers {
 
 struct DenseOptions {
   bool use_bias = true;
-  initializers::InitializerPtr kernel_initializer;  // default glorot_uniform
-  initializers::InitializerPtr bias_initializer;    // default zeros
-  std::string name;
+  initializers::InitializerPtr kernel_initializer = nullptr;  // default glorot_uniform
+  initializers::InitializerPtr bias_initializer = nullptr;    // default zeros
+  std::string name = "";
 };
 
-class Dense : public Layer {
+class Dense : public LayerOf<Dense> {
  public:
   explicit Dense(std::int64_t units, const std::string& activation = "",
                  DenseOptions options = {});

@@ -16,7 +16,7 @@ bool contains(const std::string& letters, char c) { return letters.find(c) != st
 }  // namespace
 
 EinsumDense::EinsumDense(std::string equation, Shape output_shape, EinsumDenseOptions options)
-    : Layer("einsum_dense", options.name),
+    : LayerOf("einsum_dense", options.name),
       equation_(std::move(equation)),
       output_shape_(std::move(output_shape)),
       options_(std::move(options)),

@@ -20,7 +20,7 @@ struct EinsumDenseOptions {
   std::string name;
 };
 
-class EinsumDense : public Layer {
+class EinsumDense : public LayerOf<EinsumDense> {
  public:
   EinsumDense(std::string equation, Shape output_shape, EinsumDenseOptions options = {});
   void build(const Shape& input_shape) override;

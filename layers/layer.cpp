@@ -102,6 +102,29 @@ Tensor Layer::run_call(const std::function<Tensor()>& body) {
   return handed_out(place_output(outputs, sharded, layout), step_context, *sharded);
 }
 
+std::vector<Tensor> Layer::run_call_many(const std::function<std::vector<Tensor>()>& body) {
+  built_ = true;
+  ShardedOpScope bookkeeping(nullptr);
+  distribution::StepContext step_context;
+  const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
+  std::vector<Tensor> outputs;
+  if (!sharded) {
+    outputs = body();
+    if (!outputs.empty()) place_output(outputs[0], sharded, nullptr);
+    return outputs;
+  }
+  distribution::ShardingPropagator propagator(*sharded, path(), nullptr);
+  {
+    ShardedOpScope sharded_ops(&propagator);
+    outputs = body();
+  }
+  if (!outputs.empty()) place_output(outputs[0], sharded, nullptr);  // notes the first output's shape
+  for (Tensor& output : outputs) {
+    if (output.defined()) output = handed_out(output, step_context, *sharded);
+  }
+  return outputs;
+}
+
 Tensor Layer::operator()(const Tensor& inputs, bool training) {
   if (!inputs.defined()) throw ValueError(str("layer '", name_, "' was called on an undefined tensor"));
   // The call's own bookkeeping (placing the output) reads stored blocks: no handler, even when
@@ -164,7 +187,7 @@ std::string Layer::path() const {
   return parent_path_.empty() ? name_ : parent_path_ + "/" + name_;
 }
 
-void Layer::track(const LayerPtr& layer) {
+void Layer::track_keeping_path(const LayerPtr& layer) {
   if (!layer) throw ValueError(str("layer '", name_, "': add_layer got a null layer"));
   for (const LayerPtr& existing : sublayers_) {
     if (existing->name() == layer->name()) {
@@ -172,6 +195,11 @@ void Layer::track(const LayerPtr& layer) {
                            "'; layer names must be unique inside a model"));
     }
   }
+  sublayers_.push_back(layer);
+}
+
+void Layer::track(const LayerPtr& layer) {
+  track_keeping_path(layer);
   layer->parent_path_ = path();
   // Sublayers of the new layer already know their parent; refresh their prefixes.
   std::vector<Layer*> stack = {layer.get()};
@@ -183,7 +211,41 @@ void Layer::track(const LayerPtr& layer) {
       stack.push_back(child.get());
     }
   }
-  sublayers_.push_back(layer);
+}
+
+LayerPtr Layer::shared_for_graph() {
+  LayerPtr owner = weak_from_this().lock();
+  if (!owner) {
+    throw ValueError(str("layer '", name_, "' (", class_name(), ") was called on a symbolic tensor by name, but ",
+                         "no std::shared_ptr holds it, so a model made from the graph could outlive it; ",
+                         "call a temporary (layers::Dense(64)(inputs)) or, for a layer called more than ",
+                         "once, create it with std::make_shared"));
+  }
+  return owner;
+}
+
+LayerPtr Layer::moved_into_shared() && {
+  throw ValueError(str("a temporary layer '", name_, "' (", class_name(), ") was called on a symbolic tensor, ",
+                       "but its class cannot be moved into the graph; derive it from keras::LayerOf<", class_name(),
+                       "> (layers/layer.h) or create it with std::make_shared"));
+}
+
+namespace {
+NodeFunction single_input_call(const LayerPtr& layer) {
+  return [layer](const std::vector<Tensor>& inputs, bool training) {
+    return std::vector<Tensor>{(*layer)(inputs.at(0), training)};
+  };
+}
+}  // namespace
+
+KerasTensor Layer::operator()(const KerasTensor& inputs) & {
+  LayerPtr owner = shared_for_graph();
+  return record_layer_call(owner, {inputs}, single_input_call(owner)).at(0);
+}
+
+KerasTensor Layer::operator()(const KerasTensor& inputs) && {
+  LayerPtr owner = std::move(*this).moved_into_shared();
+  return record_layer_call(owner, {inputs}, single_input_call(owner)).at(0);
 }
 
 void Layer::check_built(const char* what) const {

@@ -11,6 +11,7 @@
 
 #include "engine/initializers.h"
 #include "engine/tensor.h"
+#include "layers/keras_tensor.h"
 
 namespace keras::distribution {
 struct ShardingContext;
@@ -34,7 +35,7 @@ struct Variable {
   bool sharded() const;
 };
 
-class Layer {
+class Layer : public std::enable_shared_from_this<Layer> {
  public:
   // `default_prefix` is the snake_case class name ("dense"); an empty `name` gets a unique
   // one from it, as Keras does.
@@ -51,6 +52,17 @@ class Layer {
   // when there is one (as Keras does).
   Tensor operator()(const Tensor& inputs, bool training = false);
   virtual Tensor call(const Tensor& inputs, bool training) = 0;
+  // Keras' functional API (layers/keras_tensor.h): called on a symbolic tensor, the layer is
+  // built and the call recorded; the graph keeps the layer alive. A temporary
+  // (layers::Dense(64)(inputs)) is moved into the graph; a named layer called more than once
+  // (a shared layer) must be held by a std::shared_ptr, which the graph shares.
+  KerasTensor operator()(const KerasTensor& inputs) &;
+  KerasTensor operator()(const KerasTensor& inputs) &&;
+  // This temporary moved into a shared_ptr of its own class, for a graph to own. LayerOf
+  // provides it; the default says how to call a layer class without it.
+  virtual LayerPtr moved_into_shared() &&;
+  // Numbers this layer's calls recorded in graphs (Keras' node index: "dense[1][0]").
+  std::size_t record_node() { return recorded_nodes_++; }
   // Creates the weights for inputs of this shape. The default creates none.
   virtual void build(const Shape& input_shape);
   // Whether call() in training runs collectives over the batch axis whose gradients run
@@ -106,12 +118,22 @@ class Layer {
     return layer;
   }
   void track(const LayerPtr& layer);
+  // Registers a layer that keeps its own path (a functional model's layers, built before the
+  // model existed, are "dense/kernel" as in Keras).
+  void track_keeping_path(const LayerPtr& layer);
+  // The shared_ptr holding this layer, for a graph to keep it: from the lvalue operator() it
+  // must exist (this layer was made by std::make_shared), else a ValueError says what to do.
+  LayerPtr shared_for_graph();
   void check_built(const char* what) const;
   // For layers called with several inputs (MultiHeadAttention's query, value, key, mask): runs
   // `body` as operator() runs call() (the layer is then built), moves its output to the
   // LayoutMap's "<path>/output" layout when there is one and notes its shape. The body gets
   // its inputs to whatever layout it needs itself.
   Tensor run_call(const std::function<Tensor()>& body);
+  // run_call for a body with several outputs (a model's call_many): each is handed out as a
+  // call's output is; the LayoutMap's "<path>/output" applies to single outputs only.
+  std::vector<Tensor> run_call_many(const std::function<std::vector<Tensor>()>& body);
+  void mark_built() { built_ = true; }
 
  private:
   // Moves a call's output to "<path>/output"'s layout, when the LayoutMap has one, and notes
@@ -128,9 +150,22 @@ class Layer {
   std::string parent_path_;
   Shape output_shape_;
   bool built_ = false;
+  std::size_t recorded_nodes_ = 0;
   bool trainable_ = true;
   std::vector<Variable> variables_;
   std::vector<LayerPtr> sublayers_;
+};
+
+// The base of a layer class whose temporaries can be called on symbolic tensors:
+// `class Dense : public LayerOf<Dense>` (or LayerOf<Add, Merge> for another base). It only
+// supplies moved_into_shared() for that class.
+template <typename Derived, typename Base = Layer>
+class LayerOf : public Base {
+ public:
+  using Base::Base;
+  LayerPtr moved_into_shared() && override {
+    return std::make_shared<Derived>(std::move(static_cast<Derived&>(*this)));
+  }
 };
 
 // Accepts a layer by value (moved into a shared_ptr) or as a shared_ptr, so that

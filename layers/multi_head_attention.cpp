@@ -11,7 +11,7 @@ namespace keras::layers {
 
 MultiHeadAttention::MultiHeadAttention(std::int64_t num_heads, std::int64_t key_dim,
                                        MultiHeadAttentionOptions options)
-    : Layer("multi_head_attention", options.name),
+    : LayerOf("multi_head_attention", options.name),
       num_heads_(num_heads),
       key_dim_(key_dim),
       value_dim_(options.value_dim > 0 ? options.value_dim : key_dim),

@@ -41,7 +41,7 @@ Tensor dot_product_attention(Tensor query, Tensor key, Tensor value, const Tenso
                              std::optional<double> scale = std::nullopt, bool is_causal = false,
                              Dropout* dropout = nullptr, bool training = false);
 
-class MultiHeadAttention : public Layer {
+class MultiHeadAttention : public LayerOf<MultiHeadAttention> {
  public:
   MultiHeadAttention(std::int64_t num_heads, std::int64_t key_dim, MultiHeadAttentionOptions options = {});
   // Self-attention: query = value = key = inputs, no mask.

@@ -6,7 +6,7 @@
 
 namespace keras::layers {
 
-PReLU::PReLU(PReLUOptions options) : Layer("p_re_lu", options.name), options_(std::move(options)) {
+PReLU::PReLU(PReLUOptions options) : LayerOf("p_re_lu", options.name), options_(std::move(options)) {
   if (!options_.alpha_initializer) options_.alpha_initializer = initializers::zeros();
 }
 

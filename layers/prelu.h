@@ -18,7 +18,7 @@ struct PReLUOptions {
   std::string name = "";
 };
 
-class PReLU : public Layer {
+class PReLU : public LayerOf<PReLU> {
  public:
   explicit PReLU(PReLUOptions options = {});
   void build(const Shape& input_shape) override;

@@ -2,6 +2,7 @@
 // weight files (saving/weight_files.h), summaries, the optimizer and its state.
 #include "training/model.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "distribution/runtime/gradient_reducer.h"
@@ -16,19 +17,171 @@ namespace keras {
 Model::Model(const std::string& name, const std::string& default_prefix)
     : Layer(default_prefix, name) {}
 
+Model::Model(const KerasTensor& inputs, const KerasTensor& outputs, const std::string& name)
+    : Model(std::vector<KerasTensor>{inputs}, std::vector<KerasTensor>{outputs}, name) {}
+
+Model::Model(std::vector<KerasTensor> inputs, const KerasTensor& output, const std::string& name)
+    : Model(std::move(inputs), std::vector<KerasTensor>{output}, name) {}
+
+Model::Model(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs, const std::string& name)
+    : Layer("functional", name) {
+  adopt_graph(std::make_shared<FunctionalGraph>(std::move(inputs), std::move(outputs)));
+}
+
+Model::Model(std::vector<KerasTensor> inputs, const std::map<std::string, KerasTensor>& outputs,
+             const std::string& name, NamedOutputs)
+    : Layer("functional", name) {
+  std::vector<KerasTensor> tensors;
+  std::vector<std::string> names;
+  for (const auto& [output_name, tensor] : outputs) {
+    names.push_back(output_name);
+    tensors.push_back(tensor);
+  }
+  adopt_graph(std::make_shared<FunctionalGraph>(std::move(inputs), std::move(tensors), std::move(names)));
+}
+
+void Model::adopt_graph(std::shared_ptr<FunctionalGraph> graph) {
+  graph_ = std::move(graph);
+  for (const LayerPtr& layer : graph_->layers()) track_keeping_path(layer);
+  mark_built();
+}
+
+Tensor Model::call(const Tensor& inputs, bool training) {
+  if (!graph_) {
+    throw ValueError(str("model '", name(), "' has no call(): subclass Model and override call, or make a ",
+                         "functional Model(inputs, outputs)"));
+  }
+  if (graph_->inputs().size() != 1 || graph_->outputs().size() != 1) {
+    throw ValueError(str("model '", name(), "' takes ", graph_->inputs().size(), " input(s) and gives ",
+                         graph_->outputs().size(), " output(s); call it with a vector of inputs: model({a, b})"));
+  }
+  return graph_->run({inputs}, training).at(0);
+}
+
+std::vector<Tensor> Model::call_many(const std::vector<Tensor>& inputs, bool training) {
+  if (graph_) return graph_->run(inputs, training);
+  if (inputs.size() != 1) {
+    throw ValueError(str("model '", name(), "' was given ", inputs.size(), " inputs, but its call() takes one; ",
+                         "override call_many for several inputs"));
+  }
+  return {call(inputs[0], training)};
+}
+
+std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs, bool training) {
+  if (!built() && !inputs.empty() && inputs[0].defined()) build(inputs[0].shape());
+  return run_call_many([&] { return call_many(inputs, training); });
+}
+
+std::vector<KerasTensor> Model::operator()(const std::vector<KerasTensor>& inputs) & {
+  LayerPtr owner = shared_for_graph();
+  auto* model = static_cast<Model*>(owner.get());
+  return record_layer_call(owner, inputs, [model](const std::vector<Tensor>& values, bool training) {
+    return (*model)(values, training);
+  });
+}
+
+LayerPtr Model::get_layer(const std::string& name) const {
+  std::string known;
+  for (const LayerPtr& layer : layers()) {
+    if (layer->name() == name) return layer;
+    known += (known.empty() ? "" : ", ") + layer->name();
+  }
+  throw ValueError(str("model '", this->name(), "' has no layer named '", name, "'; its layers: ", known));
+}
+
+std::vector<std::string> Model::output_names() const {
+  return graph_ ? graph_->output_names() : std::vector<std::string>{"output_0"};
+}
+
+std::size_t Model::input_count() const { return graph_ ? graph_->inputs().size() : 1; }
+
 void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, LossSpec loss,
                     const std::vector<std::string>& metrics) {
-  if (!optimizer) throw ValueError("compile: optimizer is null");
   if (!loss.get()) throw ValueError("compile: loss is null");
-  for (const std::string& metric : metrics) metrics::get(metric, loss.get()->sparse_labels());
-  optimizer_ = std::move(optimizer);
-  loss_ = loss.get();
-  metric_names_ = metrics;
+  CompileOptions options;
+  options.loss = {std::move(loss)};
+  if (!metrics.empty()) {
+    std::size_t outputs = output_names().size();
+    if (outputs > 1) {
+      throw ValueError(str("compile: model '", name(), "' has ", outputs, " outputs; give its metrics per output, ",
+                           "as Keras does: compile(optimizer, {.loss = ..., .metrics = {{...}, {...}}})"));
+    }
+    options.metrics = {metrics};
+  }
+  compile(std::move(optimizer), options);
 }
 
 void Model::compile(const std::string& optimizer, LossSpec loss,
                     const std::vector<std::string>& metrics) {
   compile(optimizers::get(optimizer), std::move(loss), metrics);
+}
+
+void Model::compile(const std::string& optimizer, const CompileOptions& options) {
+  compile(optimizers::get(optimizer), options);
+}
+
+namespace {
+// One value per output from a vector in output order or a map by output name (not both).
+template <typename T>
+std::vector<T> per_output(const char* what, const std::vector<T>& in_order, const std::map<std::string, T>& by_name,
+                          const std::vector<std::string>& names, const T& absent, bool one_applies_to_all) {
+  if (!in_order.empty() && !by_name.empty()) {
+    throw ValueError(str("compile: give ", what, " by output order or by output name, not both"));
+  }
+  if (!by_name.empty()) {
+    std::vector<T> values(names.size(), absent);
+    for (const auto& [name, value] : by_name) {
+      auto found = std::find(names.begin(), names.end(), name);
+      if (found == names.end()) {
+        std::string known;
+        for (const std::string& output : names) known += (known.empty() ? "" : ", ") + output;
+        throw ValueError(str("compile: ", what, " name output '", name, "', but the model's outputs are ", known));
+      }
+      values[static_cast<std::size_t>(found - names.begin())] = value;
+    }
+    return values;
+  }
+  if (in_order.empty()) return std::vector<T>(names.size(), absent);
+  if (in_order.size() == 1 && one_applies_to_all) return std::vector<T>(names.size(), in_order[0]);
+  if (in_order.size() != names.size()) {
+    throw ValueError(str("compile: ", in_order.size(), " ", what, " for a model of ", names.size(),
+                         " output(s); give one per output"));
+  }
+  return in_order;
+}
+}  // namespace
+
+void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, const CompileOptions& options) {
+  if (!optimizer) throw ValueError("compile: optimizer is null");
+  std::vector<std::string> names = output_names();
+  std::vector<LossSpec> losses =
+      per_output<LossSpec>("losses", options.loss, options.loss_by_output, names, LossSpec(losses::LossPtr()), true);
+  std::vector<losses::LossPtr> chosen;
+  for (std::size_t i = 0; i < losses.size(); ++i) {
+    // Keras trains an output without a loss if another has one; we ask for every one.
+    if (!losses[i].get()) throw ValueError(str("compile: output '", names[i], "' has no loss"));
+    chosen.push_back(losses[i].get());
+  }
+  std::vector<double> weights = per_output<double>("loss weights", options.loss_weights,
+                                                   options.loss_weights_by_output, names, 1.0, false);
+  std::vector<std::vector<std::string>> metrics = per_output<std::vector<std::string>>(
+      "metric lists", options.metrics, options.metrics_by_output, names, {}, false);
+  std::vector<std::string> log_names;
+  const bool several = names.size() > 1;
+  if (several) {
+    for (const std::string& output : names) log_names.push_back(output + "_loss");
+  }
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    for (const std::string& metric : metrics[i]) {
+      metrics::get(metric, chosen[i]->sparse_labels());  // an unknown name fails here, not in fit
+      log_names.push_back(several ? names[i] + "_" + metric : metric);
+    }
+  }
+  optimizer_ = std::move(optimizer);
+  losses_ = std::move(chosen);
+  loss_weights_ = std::move(weights);
+  output_metrics_ = std::move(metrics);
+  metric_names_ = std::move(log_names);
 }
 
 optimizers::Optimizer& Model::optimizer() {
@@ -37,27 +190,40 @@ optimizers::Optimizer& Model::optimizer() {
 }
 
 void Model::check_compiled(const char* what) const {
-  if (!optimizer_ || !loss_) {
+  if (!optimizer_ || losses_.empty()) {
     throw ValueError(str(what, ": model '", name(), "' must be compiled first; call ",
                          "compile(optimizer, loss, metrics)"));
   }
 }
 
 History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) {
-  return Trainer(*this).fit(x, y, options);
+  return Trainer(*this).fit({x}, {y}, options);
 }
 
 std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y,
                                               const EvaluateOptions& options) {
-  return Trainer(*this).evaluate(x, y, options);
+  return Trainer(*this).evaluate({x}, {y}, options);
 }
 
 Tensor Model::predict(const Tensor& x, std::int64_t batch_size) {
+  return Trainer(*this).predict({x}, batch_size).at(0);
+}
+
+History Model::fit(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const FitOptions& options) {
+  return Trainer(*this).fit(x, y, options);
+}
+
+std::map<std::string, double> Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                                              const EvaluateOptions& options) {
+  return Trainer(*this).evaluate(x, y, options);
+}
+
+std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, std::int64_t batch_size) {
   return Trainer(*this).predict(x, batch_size);
 }
 
 double Model::train_on_batch(const Tensor& x, const Tensor& y) {
-  return Trainer(*this).train_on_batch(x, y);
+  return Trainer(*this).train_on_batch({x}, {y});
 }
 
 void Model::gather_optimizer_state() {

@@ -14,6 +14,7 @@
 #include "engine/losses.h"
 #include "engine/optimizers.h"
 #include "training/callbacks.h"
+#include "training/functional.h"
 #include "layers/layer.h"
 #include "distribution/runtime/batch_shard.h"
 #include "training/metrics.h"
@@ -41,9 +42,27 @@ class LossSpec {
   losses::LossPtr loss_;
 };
 
+// compile()'s per-output settings for a model of several outputs, in the model's output order
+// (the vectors) or by output name (the maps; Keras' dicts), as Keras' compile takes them:
+//   model.compile("adam", {.loss = {"mse", "sparse_categorical_crossentropy"},
+//                          .loss_weights = {1.0, 0.2}, .metrics = {{}, {"accuracy"}}});
+// One loss (a vector of one) applies to every output. The total loss is the weighted sum of the
+// outputs' losses; fit logs it as "loss", each output's as "<output>_loss" and each metric as
+// "<output>_<metric>" (with one output: "loss" and the metric's name).
+struct CompileOptions {
+  std::vector<LossSpec> loss = {};
+  std::map<std::string, LossSpec> loss_by_output = {};
+  std::vector<double> loss_weights = {};
+  std::map<std::string, double> loss_weights_by_output = {};
+  std::vector<std::vector<std::string>> metrics = {};
+  std::map<std::string, std::vector<std::string>> metrics_by_output = {};
+};
+
 struct ValidationData {
   Tensor x, y;
-  bool defined() const { return x.defined() || y.defined(); }
+  // For a model of several inputs or outputs (x and y above stay undefined).
+  std::vector<Tensor> inputs = {}, targets = {};
+  bool defined() const { return x.defined() || y.defined() || !inputs.empty() || !targets.empty(); }
 };
 
 struct FitOptions {
@@ -70,8 +89,42 @@ struct History {
 
 class Model : public Layer {
  public:
+  // A subclassed model (override call) or, through Sequential, a stack of layers.
   explicit Model(const std::string& name = "", const std::string& default_prefix = "functional");
+  // Keras' functional API: the model that computes `outputs` from `inputs` (keras::Input
+  // tensors), layers/keras_tensor.h. Several outputs come as a vector, or as a map whose keys
+  // name them (Keras' dict of outputs, in the keys' sorted order). The layers keep their own
+  // paths: a functional model's variables are "dense/kernel", as in Keras.
+  Model(const KerasTensor& inputs, const KerasTensor& outputs, const std::string& name = "");
+  Model(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs, const std::string& name = "");
+  Model(std::vector<KerasTensor> inputs, const KerasTensor& output, const std::string& name = "");
+  // (A template only so that a braced list {a, b} means the vector form, never a map.)
+  template <typename OutputMap>
+    requires std::same_as<OutputMap, std::map<std::string, KerasTensor>>
+  Model(std::vector<KerasTensor> inputs, const OutputMap& outputs, const std::string& name = "")
+      : Model(std::move(inputs), outputs, name, NamedOutputs{}) {}
+
   // A model hands its inputs to its layers, which decide what layout they need.
+  // A functional model runs its graph (one input, one output here); a subclass overrides it.
+  Tensor call(const Tensor& inputs, bool training) override;
+  // Several inputs and outputs, in the order of the model's inputs and outputs. A functional
+  // model runs its graph; the default hands a single input to call(). Override it for a
+  // subclassed model that takes several inputs or gives several outputs.
+  virtual std::vector<Tensor> call_many(const std::vector<Tensor>& inputs, bool training);
+  // Calls the model on several inputs (Keras' model([a, b])) or, symbolically, records it as
+  // one node of a larger graph.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, bool training = false);
+  std::vector<KerasTensor> operator()(const std::vector<KerasTensor>& inputs) &;
+  using Layer::operator();
+
+  // The layer named `name` among this model's layers (Keras' get_layer); ValueError otherwise.
+  LayerPtr get_layer(const std::string& name) const;
+  // A functional model's graph; null for Sequential and subclassed models.
+  const std::shared_ptr<FunctionalGraph>& graph() const { return graph_; }
+  // Keras' output names: the keys of a map of outputs, else the output layers' names; a model
+  // that is not functional has the one output "output_0".
+  std::vector<std::string> output_names() const;
+  std::size_t input_count() const;
 
   template <typename O>
     requires std::derived_from<O, optimizers::Optimizer>
@@ -82,6 +135,20 @@ class Model : public Layer {
                const std::vector<std::string>& metrics = {});
   void compile(const std::string& optimizer, LossSpec loss,
                const std::vector<std::string>& metrics = {});
+  // Several outputs: a loss, weight and metrics per output (CompileOptions).
+  template <typename O>
+    requires std::derived_from<O, optimizers::Optimizer>
+  void compile(O optimizer, const CompileOptions& options) {
+    compile(std::make_shared<O>(std::move(optimizer)), options);
+  }
+  void compile(std::shared_ptr<optimizers::Optimizer> optimizer, const CompileOptions& options);
+  void compile(const std::string& optimizer, const CompileOptions& options);
+
+  // Several inputs or outputs: one array per input and per output, in the model's order.
+  History fit(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const FitOptions& options = {});
+  std::map<std::string, double> evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                                         const EvaluateOptions& options = {});
+  std::vector<Tensor> predict(const std::vector<Tensor>& x, std::int64_t batch_size = 32);
 
   History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
   std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y,
@@ -129,13 +196,23 @@ class Model : public Layer {
   void check_compiled(const char* what) const;
 
   std::shared_ptr<optimizers::Optimizer> optimizer_;
-  losses::LossPtr loss_;
+  // One loss, weight and list of metric names per output.
+  std::vector<losses::LossPtr> losses_;
+  std::vector<double> loss_weights_;
+  std::vector<std::vector<std::string>> output_metrics_;
+  // What the logs hold beyond "loss", in order: each output's loss (several outputs), then
+  // each output's metrics.
   std::vector<std::string> metric_names_;
   std::shared_ptr<distribution::GradientReducer> gradient_reducer_;
   std::vector<distribution::CollectiveTotal> last_step_collectives_;
   bool plan_checked_ = false;  // fit() warns about the plan once, after its first step
   TrainingPosition position_;
   std::optional<TrainingPosition> resume_from_;
+  std::shared_ptr<FunctionalGraph> graph_;
+  void adopt_graph(std::shared_ptr<FunctionalGraph> graph);
+  struct NamedOutputs {};
+  Model(std::vector<KerasTensor> inputs, const std::map<std::string, KerasTensor>& outputs,
+        const std::string& name, NamedOutputs);
 
  public:
   // How the last data-parallel step grouped and reduced its gradients (buckets, in-place

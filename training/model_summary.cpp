@@ -1,6 +1,7 @@
 // model.summary() and the plan's warnings (see the header).
 #include "training/model_summary.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "distribution/api/distribution.h"
@@ -68,12 +69,30 @@ std::string table(const std::vector<std::string>& header, const std::vector<std:
     }
     return out + "\n";
   };
+  // A cell may hold several lines ("Connected to" lists one input a line, as Keras does).
   auto row = [&](const std::vector<std::string>& cells, const char* bar) {
-    std::string out = bar;
-    for (std::size_t c = 0; c < widths.size(); ++c) {
-      out += str(" ", pad(cells[c], widths[c], right[c]), " ", bar);
+    std::vector<std::vector<std::string>> lines(cells.size());
+    std::size_t height = 1;
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      std::size_t start = 0;
+      while (true) {
+        std::size_t end = cells[c].find('\n', start);
+        lines[c].push_back(cells[c].substr(start, end == std::string::npos ? std::string::npos : end - start));
+        if (end == std::string::npos) break;
+        start = end + 1;
+      }
+      height = std::max(height, lines[c].size());
     }
-    return out + "\n";
+    std::string out;
+    for (std::size_t line_index = 0; line_index < height; ++line_index) {
+      out += bar;
+      for (std::size_t c = 0; c < widths.size(); ++c) {
+        std::string text = line_index < lines[c].size() ? lines[c][line_index] : "";
+        out += str(" ", pad(text, widths[c], right[c]), " ", bar);
+      }
+      out += "\n";
+    }
+    return out;
   };
   std::string out = line("┏", "━", "┳", "┓") + row(header, "┃") + line("┡", "━", "╇", "┩");
   for (std::size_t r = 0; r < rows.size(); ++r) {
@@ -134,11 +153,28 @@ std::vector<std::string> plan_warnings(Model& model) {
 std::string summary_text(Model& model, const std::vector<distribution::CollectiveTotal>& last_step) {
   std::string out = str("Model: \"", model.name(), "\"\n");
   std::vector<std::vector<std::string>> rows;
-  for (const LayerPtr& layer : model.layers()) {
-    rows.push_back({str(layer->name(), " (", layer->class_name(), ")"), shape_text(layer->output_shape()),
-                    thousands(layer->count_params())});
+  if (const auto& graph = model.graph()) {
+    // A functional model: every layer's shapes are known from its graph, before any data, and
+    // "Connected to" names each input as Keras does: layer[node][tensor].
+    for (const LayerPtr& layer : graph->layers()) {
+      std::vector<Shape> shapes = graph->output_shapes_of(*layer);
+      std::string shape_cell;
+      for (std::size_t i = 0; i < shapes.size(); ++i) shape_cell += str(i ? "\n" : "", shape_text(shapes[i]));
+      std::vector<std::string> connections = graph->connections_of(*layer);
+      std::string connected;
+      for (std::size_t i = 0; i < connections.size(); ++i) connected += str(i ? ",\n" : "", connections[i]);
+      rows.push_back({str(layer->name(), " (", layer->class_name(), ")"), shape_cell,
+                      thousands(layer->count_params()), connections.empty() ? "-" : connected});
+    }
+    out += table({"Layer (type)", "Output Shape", "Param #", "Connected to"}, rows, {29, 20, 11, 21},
+                 {false, false, true, false});
+  } else {
+    for (const LayerPtr& layer : model.layers()) {
+      rows.push_back({str(layer->name(), " (", layer->class_name(), ")"), shape_text(layer->output_shape()),
+                      thousands(layer->count_params())});
+    }
+    out += table({"Layer (type)", "Output Shape", "Param #"}, rows, {31, 22, 13}, {false, false, true});
   }
-  out += table({"Layer (type)", "Output Shape", "Param #"}, rows, {31, 22, 13}, {false, false, true});
   std::int64_t total = 0, trainable = 0, total_bytes = 0, trainable_bytes = 0, local_bytes = 0;
   std::vector<Variable*> variables = model.variables();
   for (Variable* variable : variables) {

@@ -52,6 +52,14 @@ Tensor batch_rows(const Tensor& data, const std::vector<std::int64_t>& order, st
   return rows(data, order, begin, end).to(default_device());
 }
 
+TensorList batch_rows(const TensorList& data, const std::vector<std::int64_t>& order, std::int64_t begin,
+                      std::int64_t end) {
+  TensorList result;
+  result.reserve(data.size());
+  for (const Tensor& array : data) result.push_back(batch_rows(array, order, begin, end));
+  return result;
+}
+
 // Fisher-Yates on a 64-bit Mersenne Twister: the same permutation on every platform (unlike
 // std::shuffle, whose algorithm the standard leaves open) — data-parallel ranks rely on that.
 std::vector<std::int64_t> permutation(std::int64_t count, bool shuffle, std::mt19937_64& engine) {
@@ -66,26 +74,76 @@ std::vector<std::int64_t> permutation(std::int64_t count, bool shuffle, std::mt1
   return order;
 }
 
+// What an epoch (or an evaluation) logs, as running totals: the total loss, each output's
+// weighted loss (with several outputs, as Keras 3 logs "<output>_loss") and each output's
+// metrics; in the order of Model::metric_names() after "loss".
+class EpochLogs {
+ public:
+  EpochLogs(const std::vector<losses::LossPtr>& losses, const std::vector<std::vector<std::string>>& metric_names) {
+    if (losses.size() > 1) output_losses_.resize(losses.size());
+    for (std::size_t output = 0; output < metric_names.size(); ++output) {
+      for (const std::string& name : metric_names[output]) {
+        metrics_.emplace_back(output, metrics::get(name, losses[output]->sparse_labels()));
+      }
+    }
+  }
+  // A step's results for `count` rows of this process (none: nothing to add).
+  void add(const Trainer::StepResult& step, const TensorList& y, double count) {
+    if (count <= 0) return;
+    loss_.add(step.loss, count, count);
+    for (std::size_t i = 0; i < output_losses_.size(); ++i) output_losses_[i].add(step.output_losses[i], count, count);
+    for (const auto& [output, metric] : metrics_) metric->update(y[output], step.predictions[output]);
+  }
+  std::size_t pending_terms() const { return loss_.pending_terms(); }
+  // This process's (sum, count) pairs. Reading them waits for the device and may raise its
+  // deferred errors.
+  std::vector<double> local_totals() const {
+    std::vector<double> totals = {loss_.sum(), loss_.count()};
+    for (const auto& total : output_losses_) {
+      totals.push_back(total.sum());
+      totals.push_back(total.count());
+    }
+    for (const auto& entry : metrics_) {
+      totals.push_back(entry.second->sum());
+      totals.push_back(entry.second->count());
+    }
+    return totals;
+  }
+  // Adds global totals saved by an interrupted run (local_totals()' layout).
+  void add_totals(const std::vector<double>& totals) {
+    loss_.add(totals.at(0), totals.at(1));
+    std::size_t next = 2;
+    for (auto& total : output_losses_) {
+      total.add(totals.at(next), totals.at(next + 1));
+      next += 2;
+    }
+    for (auto& entry : metrics_) {
+      entry.second->add(totals.at(next), totals.at(next + 1));
+      next += 2;
+    }
+  }
+  std::size_t entries() const { return 1 + output_losses_.size() + metrics_.size(); }
+
+ private:
+  metrics::RunningTotal loss_;
+  std::vector<metrics::RunningTotal> output_losses_;
+  std::vector<std::pair<std::size_t, metrics::MetricPtr>> metrics_;
+};
+
 // Keras' logs for the samples seen so far by all processes: each process's (sum, count) of the
 // loss and of every metric are added across the data-parallel group, then divided.
 // `totals_out`, when given, receives the global (sum, count) pairs themselves.
 // Reading the totals is where a GPU's deferred errors surface (an index out of range, see
 // engine/index_check.h), on the process whose data had it: the processes agree on whether one
 // failed before they sum, so the others stop with it instead of waiting in a collective.
-std::vector<double> global_totals(const BatchShard& context,
-                                  const metrics::RunningTotal& loss,
-                                  const std::vector<metrics::MetricPtr>& metrics) {
+std::vector<double> global_totals(const BatchShard& context, const EpochLogs& logs) {
   std::vector<double> totals;
   std::exception_ptr failure;
   try {
-    totals = {loss.sum(), loss.count()};
-    for (const auto& metric : metrics) {
-      totals.push_back(metric->sum());
-      totals.push_back(metric->count());
-    }
+    totals = logs.local_totals();
   } catch (...) {
     failure = std::current_exception();
-    totals.assign(2 + 2 * metrics.size(), 0.0);
+    totals.assign(2 * logs.entries(), 0.0);
   }
   // The failure flag and the sums in one all-reduce where the same processes decide both.
   if (context.sum_and_any_process(totals, failure != nullptr)) {
@@ -96,16 +154,16 @@ std::vector<double> global_totals(const BatchShard& context,
   return totals;
 }
 
-Logs global_logs(const BatchShard& context, const metrics::RunningTotal& loss,
-                 const std::vector<metrics::MetricPtr>& metrics,
+// `names`: the log names after "loss" (Model::metric_names()).
+Logs global_logs(const BatchShard& context, const EpochLogs& epoch, const std::vector<std::string>& names,
                  std::vector<double>* totals_out = nullptr) {
-  std::vector<double> totals = global_totals(context, loss, metrics);
+  std::vector<double> totals = global_totals(context, epoch);
   if (totals_out != nullptr) *totals_out = totals;
   Logs logs;
   logs["loss"] = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
-  for (std::size_t m = 0; m < metrics.size(); ++m) {
+  for (std::size_t m = 0; m < names.size(); ++m) {
     double count = totals[3 + 2 * m];
-    logs[metrics[m]->name()] = count > 0 ? totals[2 + 2 * m] / count : 0.0;
+    logs[names[m]] = count > 0 ? totals[2 + 2 * m] / count : 0.0;
   }
   return logs;
 }
@@ -133,19 +191,73 @@ Tensor loss_on_outputs(const losses::Loss& loss, const Tensor& y, const Tensor& 
 
 }  // namespace
 
-void Trainer::check_data(const Tensor& x, const Tensor& y, const char* what) const {
-  if (!x.defined() || !y.defined()) throw ValueError(str(what, ": x and y must both be given"));
-  if (x.rank() == 0 || y.rank() == 0) {
-    throw ShapeError(str(what, ": x and y need a leading sample axis, got shapes ",
-                         shape_to_string(x.shape()), " and ", shape_to_string(y.shape())));
+void Trainer::check_data(const TensorList& x, const TensorList& y, const char* what) const {
+  const std::size_t inputs = model_.input_count();
+  if (x.size() != inputs) {
+    throw ValueError(str(what, ": model '", model_.name(), "' takes ", inputs, " input array(s), got ", x.size()));
   }
-  if (x.dim(0) != y.dim(0)) {
-    throw ShapeError(str(what, ": x has ", x.dim(0), " samples but y has ", y.dim(0),
-                         "; they must have the same number of samples"));
+  const std::size_t outputs = model_.losses_.size();
+  if (y.size() != outputs) {
+    throw ValueError(str(what, ": model '", model_.name(), "' has ", outputs, " output(s) and takes one target array ",
+                         "for each, got ", y.size()));
+  }
+  auto name_of = [&](bool is_x, std::size_t i) {
+    if (is_x) return inputs == 1 ? std::string("x") : str("x[", i, "]");
+    return outputs == 1 ? std::string("y") : str("y[", i, "] ('", model_.output_names()[i], "')");
+  };
+  std::int64_t samples = -1;
+  std::string first;
+  for (int side = 0; side < 2; ++side) {
+    const TensorList& arrays = side == 0 ? x : y;
+    for (std::size_t i = 0; i < arrays.size(); ++i) {
+      std::string name = name_of(side == 0, i);
+      if (!arrays[i].defined()) throw ValueError(str(what, ": ", name, " must be given"));
+      if (arrays[i].rank() == 0) {
+        throw ShapeError(str(what, ": ", name, " needs a leading sample axis, got shape ",
+                             shape_to_string(arrays[i].shape())));
+      }
+      if (samples < 0) {
+        samples = arrays[i].dim(0);
+        first = name;
+      } else if (arrays[i].dim(0) != samples) {
+        throw ShapeError(str(what, ": ", first, " has ", samples, " samples but ", name, " has ", arrays[i].dim(0),
+                             "; they must have the same number of samples"));
+      }
+    }
   }
 }
 
-Trainer::StepResult Trainer::train_step(const Tensor& x, const Tensor& y, double loss_scale,
+TensorList Trainer::forward(const TensorList& x, bool training) {
+  if (x.size() == 1 && model_.output_names().size() == 1) return {model_(x[0], training)};
+  return model_(x, training);
+}
+
+Tensor Trainer::compute_loss(const TensorList& y, const TensorList& outputs, TensorList* output_losses) {
+  if (outputs.size() != model_.losses_.size()) {
+    throw ValueError(str("model '", model_.name(), "' gave ", outputs.size(), " outputs, but was compiled with ",
+                         model_.losses_.size(), " losses"));
+  }
+  Tensor total;
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    Tensor value = loss_on_outputs(*model_.losses_[i], y[i], outputs[i]);
+    // A weight of 1 multiplies nothing: one output's loss is the loss itself, bit for bit.
+    if (model_.loss_weights_[i] != 1.0) value = value * model_.loss_weights_[i];
+    if (output_losses != nullptr && outputs.size() > 1) output_losses->push_back(value.detach());
+    total = total.defined() ? total + value : value;
+  }
+  return total;
+}
+
+TensorList Trainer::metric_inputs(const TensorList& outputs) const {
+  TensorList predictions(outputs.size());
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    // The metrics see an output whole; one without metrics is not gathered for nothing.
+    if (!model_.output_metrics_[i].empty()) predictions[i] = to_data_layout(outputs[i]).detach();
+  }
+  return predictions;
+}
+
+Trainer::StepResult Trainer::train_step(const TensorList& x, const TensorList& y, double loss_scale,
                                         const BatchShard& context, const BatchShard::Rows* rows,
                                         std::optional<bool> read_logs_here) {
   const bool distributed = context.distributed();
@@ -160,12 +272,14 @@ Trainer::StepResult Trainer::train_step(const Tensor& x, const Tensor& y, double
     if (rows != nullptr) scope.emplace(*rows);
     // Runs even on zero rows (a process may get none of a dataset's last, small batch): every
     // process then makes the same calls, so per-call state (Dropout's key) stays in step.
-    Tensor outputs = model_(x, /*training=*/true);
+    TensorList outputs = forward(x, /*training=*/true);
     // The loss takes the outputs as they lie (logits split by class are not gathered for it);
     // the metrics, when there are any, see them whole.
-    Tensor predictions = model_.metric_names_.empty() ? outputs : to_data_layout(outputs);
-    loss = loss_on_outputs(*model_.loss_, y, outputs);
-    result = {x.dim(0) > 0 ? loss.detach() : Tensor(), predictions.detach(), std::nullopt};
+    TensorList output_losses;
+    loss = compute_loss(y, outputs, &output_losses);
+    const bool rows_here = x[0].dim(0) > 0;
+    result = {rows_here ? loss.detach() : Tensor(), rows_here ? output_losses : TensorList(), metric_inputs(outputs),
+              std::nullopt};
   }
   // Taken after the forward pass: the first call builds the model, and the variables it
   // creates must be trained by this step too (they were not, before: the first step's
@@ -211,42 +325,51 @@ Trainer::StepResult Trainer::train_step(const Tensor& x, const Tensor& y, double
   return result;
 }
 
-double Trainer::train_on_batch(const Tensor& x, const Tensor& y) {
+double Trainer::train_on_batch(const TensorList& x, const TensorList& y) {
   model_.check_compiled("train_on_batch");
   check_data(x, y, "train_on_batch");
   BatchShard context = BatchShard::current("train_on_batch");
-  std::int64_t rows_total = x.dim(0);
+  std::int64_t rows_total = x[0].dim(0);
   context.check_same({rows_total}, "train_on_batch");
   auto [begin, end] = context.local_rows(0, rows_total);
   std::vector<std::int64_t> order(static_cast<std::size_t>(rows_total));
   for (std::int64_t i = 0; i < rows_total; ++i) order[i] = i;
-  Tensor x_local = batch_rows(x, order, begin, end), y_local = batch_rows(y, order, begin, end);
+  TensorList x_local = batch_rows(x, order, begin, end), y_local = batch_rows(y, order, begin, end);
   double scale = rows_total > 0 ? double(end - begin) / double(rows_total) : 1.0;
   BatchShard::Rows rows{rows_total, begin, end - begin};
   StepResult result = train_step(x_local, y_local, scale, context,
                                  context.distributed() ? &rows : nullptr);
   // Keras returns the loss as a number: this read waits for the device, once per call, and
   // may raise its deferred errors (shared as in global_logs).
-  metrics::RunningTotal loss;
-  if (end > begin) loss.add(result.loss, double(end - begin), double(end - begin));
-  std::vector<double> totals = global_totals(context, loss, {});
+  result.output_losses.clear();  // the total only
+  EpochLogs total_only({model_.losses_.at(0)}, {});
+  total_only.add(result, y_local, double(end - begin));
+  std::vector<double> totals = global_totals(context, total_only);
   return totals[1] > 0 ? totals[0] / totals[1] : 0.0;
 }
 
-History Trainer::fit(const Tensor& x, const Tensor& y, const FitOptions& options) {
+History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions& options) {
   model_.check_compiled("fit");
   check_data(x, y, "fit");
   if (options.batch_size <= 0) {
     throw ValueError(str("fit: batch_size must be a positive integer, got ", options.batch_size));
   }
   if (options.epochs < 0) throw ValueError(str("fit: epochs must be >= 0, got ", options.epochs));
-  if (options.validation_data.defined()) {
-    check_data(options.validation_data.x, options.validation_data.y, "fit validation_data");
+  // Validation arrays: ValidationData's x and y, or its lists for several inputs or outputs.
+  const ValidationData& validation_data = options.validation_data;
+  TensorList validation_x = validation_data.inputs, validation_y = validation_data.targets;
+  if (validation_data.x.defined() || validation_data.y.defined()) {
+    if (!validation_x.empty() || !validation_y.empty()) {
+      throw ValueError("fit: validation_data gives both x/y and inputs/targets; give one pair");
+    }
+    validation_x = {validation_data.x};
+    validation_y = {validation_data.y};
   }
+  if (validation_data.defined()) check_data(validation_x, validation_y, "fit validation_data");
   BatchShard context = BatchShard::current("fit");
-  std::int64_t samples = x.dim(0);
+  std::int64_t samples = x[0].dim(0);
   context.check_same({samples, options.batch_size, options.epochs, options.shuffle ? 1 : 0,
-                      options.validation_data.defined() ? options.validation_data.x.dim(0) : -1},
+                      validation_data.defined() ? validation_x[0].dim(0) : -1},
                      "fit");
   if (options.batch_size % context.shards() != 0) {
     throw ValueError(str("fit: batch_size is the global batch and must be divisible by the ",
@@ -298,19 +421,10 @@ History Trainer::fit(const Tensor& x, const Tensor& y, const FitOptions& options
     for (const CallbackPtr& callback : options.callbacks) callback->on_epoch_begin(model_, epoch);
     if (verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
     std::vector<std::int64_t> order = permutation(samples, options.shuffle, shuffle_engine);
-    std::vector<metrics::MetricPtr> epoch_metrics;
-    for (const std::string& name : model_.metric_names_) {
-      epoch_metrics.push_back(metrics::get(name, model_.loss_->sparse_labels()));
-    }
-    metrics::RunningTotal epoch_loss;
+    EpochLogs epoch_logs(model_.losses_, model_.output_metrics_);
     // A run resumed mid-epoch starts from the saved global totals of the batches done; the
     // first process of the data-parallel group holds them (logs sum over that group).
-    if (start_step > 0 && context.shard_id() == 0) {
-      epoch_loss.add(resumed_totals[0], resumed_totals[1]);
-      for (std::size_t m = 0; m < epoch_metrics.size(); ++m) {
-        epoch_metrics[m]->add(resumed_totals[2 + 2 * m], resumed_totals[3 + 2 * m]);
-      }
-    }
+    if (start_step > 0 && context.shard_id() == 0) epoch_logs.add_totals(resumed_totals);
     ProgressBar bar(steps, verbose);
     Logs logs;
     // The logs are read (a wait for the device and, under data parallelism, a sum over the
@@ -319,7 +433,7 @@ History Trainer::fit(const Tensor& x, const Tensor& y, const FitOptions& options
     // epoch's batches the logs cover.
     std::int64_t logs_through = 0;
     if (start_step > 0) {
-      logs = global_logs(context, epoch_loss, epoch_metrics);
+      logs = global_logs(context, epoch_logs, model_.metric_names_);
       logs_through = start_step;
     }
     std::int64_t steps_done = start_step;
@@ -327,8 +441,8 @@ History Trainer::fit(const Tensor& x, const Tensor& y, const FitOptions& options
       std::int64_t global_begin = step * batch_size;
       std::int64_t global_end = std::min(samples, global_begin + batch_size);
       auto [begin, end] = context.local_rows(global_begin, global_end);
-      Tensor x_batch = batch_rows(x, order, begin, end);
-      Tensor y_batch = batch_rows(y, order, begin, end);
+      TensorList x_batch = batch_rows(x, order, begin, end);
+      TensorList y_batch = batch_rows(y, order, begin, end);
       double scale = double(end - begin) / double(global_end - global_begin);
       BatchShard::Rows rows{global_end - global_begin, begin - global_begin, end - begin};
       // Whether this process wants the logs after this batch is known before it: the flag
@@ -338,22 +452,18 @@ History Trainer::fit(const Tensor& x, const Tensor& y, const FitOptions& options
         read_logs_here = read_logs_here || callback->needs_batch_logs(step);
       }
       // Bounds what the running totals hold on the device between reads.
-      read_logs_here = read_logs_here || epoch_loss.pending_terms() + (end > begin ? 1 : 0) >=
+      read_logs_here = read_logs_here || epoch_logs.pending_terms() + (end > begin ? 1 : 0) >=
                                              metrics::RunningTotal::kReadAfterTerms;
       StepResult result = train_step(x_batch, y_batch, scale, context,
                                      context.distributed() ? &rows : nullptr, read_logs_here);
-      auto count = static_cast<double>(end - begin);
-      if (count > 0) {
-        epoch_loss.add(result.loss, count, count);
-        for (const auto& metric : epoch_metrics) metric->update(y_batch, result.predictions);
-      }
+      epoch_logs.add(result, y_batch, static_cast<double>(end - begin));
       steps_done = step + 1;
       const bool read_logs = result.read_logs_on_any_process
                                  ? *result.read_logs_on_any_process
                                  : context.any_process(read_logs_here);
       if (read_logs) {
         // Logs are means over the global batch: sum (value, count) pairs across processes.
-        logs = global_logs(context, epoch_loss, epoch_metrics, &model_.position_.totals);
+        logs = global_logs(context, epoch_logs, model_.metric_names_, &model_.position_.totals);
         logs_through = steps_done;
       } else {
         // Not this batch's: a position saved now could not be resumed (check_resumable says so).
@@ -377,14 +487,13 @@ History Trainer::fit(const Tensor& x, const Tensor& y, const FitOptions& options
       if (read_logs && verbose == 1 && step + 1 < steps) bar.update(step + 1, logs, false);
     }
     if (logs_through != steps_done) {
-      logs = global_logs(context, epoch_loss, epoch_metrics, &model_.position_.totals);
+      logs = global_logs(context, epoch_logs, model_.metric_names_, &model_.position_.totals);
       logs_through = steps_done;
     }
-    if (options.validation_data.defined()) {
+    if (validation_data.defined()) {
       std::int64_t validation_batch =
           options.validation_batch_size > 0 ? options.validation_batch_size : batch_size;
-      auto validation = run_evaluation(options.validation_data.x, options.validation_data.y,
-                                       validation_batch, 0);
+      auto validation = run_evaluation(validation_x, validation_y, validation_batch, 0);
       for (const auto& [name, value] : validation) logs["val_" + name] = value;
     }
     model_.position_ = position_at(epoch + 1, 0);
@@ -404,24 +513,20 @@ History Trainer::fit(const Tensor& x, const Tensor& y, const FitOptions& options
   return history;
 }
 
-std::map<std::string, double> Trainer::run_evaluation(const Tensor& x, const Tensor& y,
+std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const TensorList& y,
                                                       std::int64_t batch_size, int verbose) {
   if (batch_size <= 0) {
     throw ValueError(str("evaluate: batch_size must be a positive integer, got ", batch_size));
   }
   NoGradGuard no_grad;
   BatchShard context = BatchShard::current("evaluate");
-  std::int64_t samples = x.dim(0);
+  std::int64_t samples = x[0].dim(0);
   context.check_same({samples, batch_size}, "evaluate");
   if (!context.prints()) verbose = 0;
   std::int64_t steps = (samples + batch_size - 1) / batch_size;
-  std::vector<metrics::MetricPtr> batch_metrics;
-  for (const std::string& name : model_.metric_names_) {
-    batch_metrics.push_back(metrics::get(name, model_.loss_->sparse_labels()));
-  }
+  EpochLogs totals(model_.losses_, model_.output_metrics_);
   std::mt19937_64 unused_engine(0);
   std::vector<std::int64_t> order = permutation(samples, /*shuffle=*/false, unused_engine);
-  metrics::RunningTotal loss_total;
   const bool bar_each_batch = ProgressBar::redraws_in_place(verbose);  // on this process
   ProgressBar bar(steps, verbose);
   std::map<std::string, double> results;
@@ -432,50 +537,69 @@ std::map<std::string, double> Trainer::run_evaluation(const Tensor& x, const Ten
     auto count = static_cast<double>(end - begin);
     if (count > 0) {
       distribution::StepContext step_context;
-      Tensor x_batch = batch_rows(x, order, begin, end);
-      Tensor y_batch = batch_rows(y, order, begin, end);
-      Tensor outputs = model_(x_batch, /*training=*/false);
-      Tensor predictions = batch_metrics.empty() ? outputs : to_data_layout(outputs);
-      loss_total.add(loss_on_outputs(*model_.loss_, y_batch, outputs), count, count);
-      for (const auto& metric : batch_metrics) metric->update(y_batch, predictions);
+      TensorList x_batch = batch_rows(x, order, begin, end);
+      TensorList y_batch = batch_rows(y, order, begin, end);
+      TensorList outputs = forward(x_batch, /*training=*/false);
+      StepResult result;
+      result.loss = compute_loss(y_batch, outputs, &result.output_losses);
+      result.predictions = metric_inputs(outputs);
+      totals.add(result, y_batch, count);
     }
     bool read = context.any_process(
-        bar_each_batch || loss_total.pending_terms() >= metrics::RunningTotal::kReadAfterTerms);
-    if (read || step + 1 == steps) results = global_logs(context, loss_total, batch_metrics);
+        bar_each_batch || totals.pending_terms() >= metrics::RunningTotal::kReadAfterTerms);
+    if (read || step + 1 == steps) results = global_logs(context, totals, model_.metric_names_);
     if (verbose == 1 && (read || step + 1 == steps)) bar.update(step + 1, results, step + 1 == steps);
   }
   if (verbose == 2) bar.update(steps, results, true);
   return results;
 }
 
-std::map<std::string, double> Trainer::evaluate(const Tensor& x, const Tensor& y,
+std::map<std::string, double> Trainer::evaluate(const TensorList& x, const TensorList& y,
                                                 const EvaluateOptions& options) {
   model_.check_compiled("evaluate");
   check_data(x, y, "evaluate");
   return run_evaluation(x, y, options.batch_size, options.verbose.resolve());
 }
 
-Tensor Trainer::predict(const Tensor& x, std::int64_t batch_size) {
-  if (!x.defined() || x.rank() == 0) throw ValueError("predict: x needs a leading sample axis");
+TensorList Trainer::predict(const TensorList& x, std::int64_t batch_size) {
+  const std::size_t inputs = model_.input_count();
+  if (x.size() != inputs) {
+    throw ValueError(str("predict: model '", model_.name(), "' takes ", inputs, " input array(s), got ", x.size()));
+  }
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (!x[i].defined() || x[i].rank() == 0) throw ValueError("predict: x needs a leading sample axis");
+    if (x[i].dim(0) != x[0].dim(0)) {
+      throw ShapeError(str("predict: x[0] has ", x[0].dim(0), " samples but x[", i, "] has ", x[i].dim(0)));
+    }
+  }
   if (batch_size <= 0) {
     throw ValueError(str("predict: batch_size must be a positive integer, got ", batch_size));
   }
   NoGradGuard no_grad;
-  std::vector<Tensor> outputs;
-  std::int64_t samples = x.dim(0);
+  std::vector<TensorList> batches;  // per output, its batches
+  std::int64_t samples = x[0].dim(0);
   for (std::int64_t begin = 0; begin < samples; begin += batch_size) {
     std::int64_t end = std::min(samples, begin + batch_size);
-    Shape starts(x.rank(), 0);
-    starts[0] = begin;
-    Shape sizes = x.shape();
-    sizes[0] = end - begin;
+    TensorList x_batch;
+    for (const Tensor& array : x) {
+      Shape starts(array.rank(), 0);
+      starts[0] = begin;
+      Shape sizes = array.shape();
+      sizes[0] = end - begin;
+      x_batch.push_back(ops::slice(array, starts, sizes).to(default_device()));
+    }
     distribution::StepContext step_context;
-    outputs.push_back(
-        to_data_layout(model_(ops::slice(x, starts, sizes).to(default_device()), false)));
+    TensorList outputs = forward(x_batch, false);
+    batches.resize(outputs.size());
+    for (std::size_t o = 0; o < outputs.size(); ++o) batches[o].push_back(to_data_layout(outputs[o]));
   }
-  if (outputs.empty()) throw ValueError("predict: x has no samples");
+  if (batches.empty()) throw ValueError("predict: x has no samples");
   // On the host, as Keras' predict returns NumPy arrays.
-  return (outputs.size() == 1 ? outputs[0] : ops::concatenate(outputs, 0)).to(Device::cpu());
+  TensorList results;
+  for (const TensorList& output : batches) {
+    results.push_back((output.size() == 1 ? output[0] : ops::concatenate(output, 0)).to(Device::cpu()));
+  }
+  return results;
 }
 
 }  // namespace keras

@@ -12,35 +12,48 @@
 
 namespace keras {
 
+// The arrays of a call: one per model input (x) or per model output (y), in the model's order.
+using TensorList = std::vector<Tensor>;
+
 class Trainer {
  public:
   explicit Trainer(Model& model) : model_(model) {}
 
-  History fit(const Tensor& x, const Tensor& y, const FitOptions& options);
-  std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y,
+  History fit(const TensorList& x, const TensorList& y, const FitOptions& options);
+  std::map<std::string, double> evaluate(const TensorList& x, const TensorList& y,
                                          const EvaluateOptions& options);
-  Tensor predict(const Tensor& x, std::int64_t batch_size);
-  double train_on_batch(const Tensor& x, const Tensor& y);
+  TensorList predict(const TensorList& x, std::int64_t batch_size);
+  double train_on_batch(const TensorList& x, const TensorList& y);
 
- private:
   struct StepResult {
     Tensor loss;  // mean over this process's rows, a scalar left on the device (undefined for none)
-    Tensor predictions;
+    TensorList output_losses;  // each output's weighted loss, with several outputs (else empty)
+    TensorList predictions;    // per output; whole (data layout) for the outputs that have metrics
     // Whether any process asked for the logs after this step, where that flag rode the
     // gradients (train_step's read_logs_here); unset where it could not.
     std::optional<bool> read_logs_on_any_process;
   };
-  void check_data(const Tensor& x, const Tensor& y, const char* what) const;
+
+ private:
+  // The arrays agree with the model (one per input and output) and have one sample count.
+  void check_data(const TensorList& x, const TensorList& y, const char* what) const;
+  // The model's outputs for `x`, one per output.
+  TensorList forward(const TensorList& x, bool training);
+  // The total loss: each output's loss on the outputs as they lie, weighted, summed; with
+  // several outputs each weighted loss is added to `output_losses` (detached) too.
+  Tensor compute_loss(const TensorList& y, const TensorList& outputs, TensorList* output_losses);
+  // What the metrics read: each output that has metrics, whole (the data layout), detached.
+  TensorList metric_inputs(const TensorList& outputs) const;
   // One optimisation step on this process's rows of a global batch; `loss_scale` is
   // local_rows / global_rows when the batch is split over processes (1 otherwise), see
   // distribution/runtime/batch_shard.h; `rows` places this process's rows in the global batch (null when
   // it is not split). `read_logs_here`: whether this process wants the logs after the step,
   // agreed with the others through the gradients where it can (StepResult).
-  StepResult train_step(const Tensor& x, const Tensor& y, double loss_scale,
+  StepResult train_step(const TensorList& x, const TensorList& y, double loss_scale,
                         const BatchShard& context, const BatchShard::Rows* rows,
                         std::optional<bool> read_logs_here = std::nullopt);
   // evaluate() after its checks; fit() runs it on the validation data.
-  std::map<std::string, double> run_evaluation(const Tensor& x, const Tensor& y,
+  std::map<std::string, double> run_evaluation(const TensorList& x, const TensorList& y,
                                                std::int64_t batch_size, int verbose);
 
   Model& model_;

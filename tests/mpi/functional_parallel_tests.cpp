@@ -1,0 +1,129 @@
+// Functional models under a distribution: a two-input, two-output model with a shared layer and
+// a residual trains with fit() to the same losses (total and per output) and the same weights
+// on one process, under DataParallel and under ModelParallel (its shared layer split by
+// columns, the layer after the merge by rows), within 1e-5 relative. Runs under mpirun -np 2
+// and -np 4 and in the Gloo job (tests/CMakeLists.txt), as the rest of keras_mpi_tests.
+// Functional graphs need no code of their own for a distribution: their layers' ops follow
+// the sharding rules (docs/ARCHITECTURE.md, "Sharding at op dispatch").
+#include <gtest/gtest.h>
+
+#include "distribution/sharding/redistribute.h"
+#include "distribution/sharding/sharded_tensor.h"
+#include "keras.h"
+#include "tests/test_helpers.h"
+
+namespace keras {
+namespace {
+
+namespace kd = keras::distribution;
+
+struct TrainingResult {
+  std::map<std::string, std::vector<double>> history;
+  std::vector<std::vector<double>> weights;  // whole, in variable order
+  std::vector<std::string> paths;
+  std::int64_t local_parameters = 0;
+};
+
+layers::DenseOptions named(const std::string& name) {
+  layers::DenseOptions options;
+  options.name = name;
+  return options;
+}
+
+// Keras' guide's shape of model: two inputs through one shared layer, a residual, a merge, and
+// two heads (a regression score and 3-class logits).
+std::shared_ptr<Model> two_tower_model() {
+  KerasTensor left = Input({6}, "left");
+  KerasTensor right = Input({6}, "right");
+  auto shared = std::make_shared<layers::Dense>(8, "tanh", named("shared"));
+  KerasTensor left_code = (*shared)(left);
+  KerasTensor right_code = (*shared)(right);
+  KerasTensor residual = layers::Add()({left_code, layers::Dense(8, "", named("skip"))(left)});
+  KerasTensor joined = layers::Concatenate()({residual, right_code});
+  KerasTensor hidden = layers::Dense(8, "relu", named("mix"))(joined);
+  KerasTensor score = layers::Dense(1, "", named("score"))(hidden);
+  KerasTensor label = layers::Dense(3, "", named("label"))(hidden);
+  return std::make_shared<Model>(std::vector<KerasTensor>{left, right}, std::vector<KerasTensor>{score, label},
+                                 "two_towers");
+}
+
+enum class Setup { one_process, data_parallel, model_parallel };
+
+TrainingResult train(Setup setup) {
+  clear_session();
+  set_random_seed(5);
+  const int processes = kd::num_processes();
+  if (setup == Setup::data_parallel) kd::set_distribution(std::make_shared<kd::DataParallel>());
+  if (setup == Setup::model_parallel) {
+    auto map = std::make_shared<kd::LayoutMap>(kd::DeviceMesh({2, processes / 2}, {"batch", "model"}));
+    (*map)["shared/kernel"] = {std::nullopt, "model"};
+    (*map)["shared/bias"] = {"model"};
+    (*map)["mix/kernel"] = {"model", std::nullopt};
+    kd::set_distribution(std::make_shared<kd::ModelParallel>(map));
+  }
+  std::shared_ptr<Model> model = two_tower_model();
+  CompileOptions options;
+  options.loss = {"mse", losses::SparseCategoricalCrossentropy(true)};
+  options.loss_weights = {1.0, 0.5};
+  options.metrics = {{"mae"}, {"accuracy"}};
+  model->compile(optimizers::Adam(0.01), options);
+  const std::int64_t samples = 32;
+  Tensor left = ops::random({RandomDistribution::normal, 0, 1, 11}, {samples, 6});
+  Tensor right = ops::random({RandomDistribution::normal, 0, 1, 12}, {samples, 6});
+  Tensor score = ops::sum(left * right, {1}, true);
+  Tensor label = ops::cast(ops::random({RandomDistribution::uniform, 0, 3, 13}, {samples}, float64), int64);
+  FitOptions fit;
+  fit.epochs = 2;
+  fit.batch_size = 8;
+  fit.shuffle = true;
+  fit.verbose = 0;
+  TrainingResult run;
+  run.history = model->fit({left, right}, {score, label}, fit).history;
+  NoGradGuard no_grad;
+  for (Variable* variable : model->variables()) {
+    run.paths.push_back(variable->path());
+    run.local_parameters += variable->value.size();
+    Tensor whole = variable->value;
+    if (auto sharding = kd::sharding_of(whole)) {
+      whole = kd::redistribute(whole, *sharding, kd::Sharding::replicated(sharding->mesh(), sharding->global_shape()));
+    }
+    run.weights.push_back(whole.to_vector<double>());
+  }
+  kd::set_distribution(nullptr);
+  return run;
+}
+
+void expect_same_training(const TrainingResult& distributed, const TrainingResult& single, const std::string& what) {
+  for (const char* log : {"loss", "score_loss", "label_loss", "score_mae", "label_accuracy"}) {
+    ASSERT_TRUE(single.history.count(log)) << log;
+    ASSERT_TRUE(distributed.history.count(log)) << what << " logs " << log;
+    keras::testing::expect_close(distributed.history.at(log), single.history.at(log), 1e-5, what + " " + log);
+  }
+  ASSERT_EQ(distributed.paths, single.paths);
+  for (std::size_t w = 0; w < single.weights.size(); ++w) {
+    keras::testing::expect_close(distributed.weights[w], single.weights[w], 1e-5, what + " " + single.paths[w]);
+  }
+}
+
+TEST(FunctionalParallel, TwoInputsTwoOutputsUnderDataParallelMatchOneProcess) {
+  ASSERT_GT(kd::num_processes(), 1);
+  TrainingResult single = train(Setup::one_process);
+  // Keras' paths: a functional model's variables carry no model name.
+  EXPECT_EQ(single.paths.front(), "shared/kernel");
+  expect_same_training(train(Setup::data_parallel), single, "DataParallel");
+}
+
+TEST(FunctionalParallel, TwoInputsTwoOutputsUnderModelParallelMatchOneProcess) {
+  const int processes = kd::num_processes();
+  ASSERT_GT(processes, 1);
+  if (processes % 2 != 0) GTEST_SKIP() << "the (2, P/2) mesh needs an even process count";
+  TrainingResult single = train(Setup::one_process);
+  TrainingResult sharded = train(Setup::model_parallel);
+  if (processes >= 4) {
+    EXPECT_LT(sharded.local_parameters, single.local_parameters) << "the LayoutMap split nothing";
+  }
+  expect_same_training(sharded, single, "ModelParallel");
+}
+
+}  // namespace
+}  // namespace keras
