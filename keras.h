@@ -3,6 +3,7 @@
 #include "engine/errors.h"
 #include "engine/version.h"
 #include "engine/initializers.h"
+#include "engine/learning_rate_schedules.h"
 #include "engine/losses.h"
 #include "engine/ops.h"
 #include "engine/optimizers.h"

@@ -2,6 +2,8 @@
 // log, as Keras does, so a confident wrong prediction gives a large finite loss, not inf.
 #include "engine/losses.h"
 
+#include <cmath>
+
 #include "engine/errors.h"
 #include "engine/ops.h"
 
@@ -59,6 +61,94 @@ Tensor SparseCategoricalCrossentropy::operator()(const Tensor& y_true,
   return -ops::mean(ops::sum(picked, {-1}));
 }
 
+namespace {
+void check_smoothing(double label_smoothing, const char* loss) {
+  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0)) {
+    throw ValueError(str(loss, ": label_smoothing must be in [0, 1], got ", label_smoothing));
+  }
+}
+
+// Float targets of the predictions' shape, in the predictions' dtype.
+Tensor targets_like(const Tensor& y_true, const Tensor& y_pred, const char* loss) {
+  check_predictions(y_pred, loss);
+  if (!y_true.defined()) throw ValueError(str(loss, ": y_true is undefined"));
+  if (y_true.shape() != y_pred.shape()) {
+    throw ShapeError(str(loss, ": labels of shape ", shape_to_string(y_true.shape()),
+                         " and predictions of shape ", shape_to_string(y_pred.shape()),
+                         " must have the same shape"));
+  }
+  return ops::cast(y_true, y_pred.dtype());
+}
+
+Tensor clipped(const Tensor& x, double low, double high) {
+  return ops::minimum(ops::maximum(x, ops::scalar_like(x, low)), ops::scalar_like(x, high));
+}
+
+// keras.losses' l2_normalize: x / sqrt(max(sum(x^2), 1e-12)) along `axis`.
+Tensor l2_normalized(const Tensor& x, std::int64_t axis) {
+  Tensor squares = ops::sum(ops::square(x), {axis}, /*keepdims=*/true);
+  return x * ops::rsqrt(ops::maximum(squares, ops::scalar_like(squares, 1e-12)));
+}
+}  // namespace
+
+CategoricalCrossentropy::CategoricalCrossentropy(bool from_logits, double label_smoothing)
+    : from_logits_(from_logits), label_smoothing_(label_smoothing) {
+  check_smoothing(label_smoothing, "categorical_crossentropy");
+}
+
+BinaryCrossentropy::BinaryCrossentropy(bool from_logits, double label_smoothing)
+    : from_logits_(from_logits), label_smoothing_(label_smoothing) {
+  check_smoothing(label_smoothing, "binary_crossentropy");
+}
+
+Tensor BinaryCrossentropy::operator()(const Tensor& y_true, const Tensor& y_pred) const {
+  Tensor targets = targets_like(y_true, y_pred, "binary_crossentropy");
+  if (y_pred.rank() < 1) throw ShapeError("binary_crossentropy: predictions need at least one axis");
+  if (label_smoothing_ > 0) targets = targets * (1.0 - label_smoothing_) + 0.5 * label_smoothing_;
+  Tensor per_element;
+  if (from_logits_) {
+    // max(x, 0) - x * y + log(1 + exp(-|x|)): no overflow for large |x|.
+    per_element = ops::relu(y_pred) - y_pred * targets + ops::log(1.0 + ops::exp(-ops::abs(y_pred)));
+  } else {
+    Tensor p = clipped(y_pred, kEpsilon, 1.0 - kEpsilon);
+    per_element = -(targets * ops::log(p) + (1.0 - targets) * ops::log(1.0 - p));
+  }
+  return ops::mean(ops::mean(per_element, {-1}));
+}
+
+Tensor MeanAbsoluteError::operator()(const Tensor& y_true, const Tensor& y_pred) const {
+  Tensor targets = targets_like(y_true, y_pred, "mean_absolute_error");
+  return ops::mean(ops::abs(y_pred - targets));
+}
+
+Huber::Huber(double delta) : delta_(delta) {
+  if (!(delta > 0) || !std::isfinite(delta)) throw ValueError(str("huber_loss: delta must be > 0, got ", delta));
+}
+
+Tensor Huber::operator()(const Tensor& y_true, const Tensor& y_pred) const {
+  Tensor error = y_pred - targets_like(y_true, y_pred, "huber_loss");
+  Tensor magnitude = ops::abs(error);
+  Tensor quadratic = 0.5 * ops::square(error);
+  Tensor linear = delta_ * magnitude - 0.5 * delta_ * delta_;
+  return ops::mean(ops::where(ops::less_equal(magnitude, ops::scalar_like(magnitude, delta_)), quadratic, linear));
+}
+
+Tensor KLDivergence::operator()(const Tensor& y_true, const Tensor& y_pred) const {
+  Tensor targets = clipped(targets_like(y_true, y_pred, "kl_divergence"), kEpsilon, 1.0);
+  if (y_pred.rank() < 1) throw ShapeError("kl_divergence: predictions need at least one axis");
+  Tensor predictions = clipped(y_pred, kEpsilon, 1.0);
+  return ops::mean(ops::sum(targets * ops::log(targets / predictions), {-1}));
+}
+
+Tensor CosineSimilarity::operator()(const Tensor& y_true, const Tensor& y_pred) const {
+  Tensor targets = targets_like(y_true, y_pred, "cosine_similarity");
+  std::int64_t rank = y_pred.rank();
+  if (axis_ < -rank || axis_ >= rank) {
+    throw ValueError(str("cosine_similarity: axis ", axis_, " is out of range for predictions of rank ", rank));
+  }
+  return -ops::mean(ops::sum(l2_normalized(targets, axis_) * l2_normalized(y_pred, axis_), {axis_}));
+}
+
 Tensor CategoricalCrossentropy::operator()(const Tensor& y_true, const Tensor& y_pred) const {
   const char* loss = "categorical_crossentropy";
   check_predictions(y_pred, loss);
@@ -74,6 +164,9 @@ Tensor CategoricalCrossentropy::operator()(const Tensor& y_true, const Tensor& y
                          " must have the same shape"));
   }
   Tensor labels = ops::cast(y_true, y_pred.dtype());
+  if (label_smoothing_ > 0) {
+    labels = labels * (1.0 - label_smoothing_) + label_smoothing_ / double(y_pred.shape().back());
+  }
   return -ops::mean(ops::sum(labels * log_probabilities(y_pred, from_logits_), {-1}));
 }
 
@@ -96,9 +189,15 @@ LossPtr get(const std::string& name) {
   }
   if (name == "categorical_crossentropy") return std::make_shared<CategoricalCrossentropy>();
   if (name == "mean_squared_error" || name == "mse") return std::make_shared<MeanSquaredError>();
+  if (name == "binary_crossentropy") return std::make_shared<BinaryCrossentropy>();
+  if (name == "mean_absolute_error" || name == "mae") return std::make_shared<MeanAbsoluteError>();
+  if (name == "huber" || name == "huber_loss") return std::make_shared<Huber>();
+  if (name == "kl_divergence" || name == "kld") return std::make_shared<KLDivergence>();
+  if (name == "cosine_similarity") return std::make_shared<CosineSimilarity>();
   throw ValueError(str("unknown loss '", name,
-                       "'; expected one of sparse_categorical_crossentropy, "
-                       "categorical_crossentropy, mean_squared_error (mse)"));
+                       "'; expected one of sparse_categorical_crossentropy, categorical_crossentropy, ",
+                       "binary_crossentropy, mean_squared_error (mse), mean_absolute_error (mae), huber, ",
+                       "kl_divergence (kld), cosine_similarity"));
 }
 
 }  // namespace keras::losses

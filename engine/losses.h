@@ -1,6 +1,7 @@
 // Losses with Keras' names and reductions: each returns the mean over the batch of the
 // per-sample loss, as a scalar tensor that can be differentiated.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -31,15 +32,66 @@ class SparseCategoricalCrossentropy : public Loss {
   bool from_logits_;
 };
 
-// Labels: one-hot (or soft) float targets of the predictions' shape.
+// Labels: one-hot (or soft) float targets of the predictions' shape. label_smoothing moves
+// them toward uniform: y * (1 - s) + s / classes.
 class CategoricalCrossentropy : public Loss {
  public:
-  explicit CategoricalCrossentropy(bool from_logits = false) : from_logits_(from_logits) {}
+  explicit CategoricalCrossentropy(bool from_logits = false, double label_smoothing = 0.0);
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
   std::string name() const override { return "categorical_crossentropy"; }
 
  private:
   bool from_logits_;
+  double label_smoothing_;
+};
+
+// Targets in [0, 1] of the predictions' shape; predictions are probabilities (clipped to
+// [1e-7, 1 - 1e-7]) or, with from_logits, logits (computed stably). label_smoothing moves the
+// targets toward 0.5: y * (1 - s) + s / 2. The mean over the last axis, then over the batch.
+class BinaryCrossentropy : public Loss {
+ public:
+  explicit BinaryCrossentropy(bool from_logits = false, double label_smoothing = 0.0);
+  Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
+  std::string name() const override { return "binary_crossentropy"; }
+
+ private:
+  bool from_logits_;
+  double label_smoothing_;
+};
+
+class MeanAbsoluteError : public Loss {
+ public:
+  Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
+  std::string name() const override { return "mean_absolute_error"; }
+};
+
+// 0.5 * e^2 where |e| <= delta, delta * |e| - 0.5 * delta^2 beyond (e = y_pred - y_true).
+class Huber : public Loss {
+ public:
+  explicit Huber(double delta = 1.0);
+  Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
+  std::string name() const override { return "huber_loss"; }
+
+ private:
+  double delta_;
+};
+
+// sum(y_true * log(y_true / y_pred)) over the last axis, both clipped to [1e-7, 1].
+class KLDivergence : public Loss {
+ public:
+  Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
+  std::string name() const override { return "kl_divergence"; }
+};
+
+// -sum(l2_normalize(y_true) * l2_normalize(y_pred)) along `axis`: -1 for parallel vectors.
+class CosineSimilarity : public Loss {
+ public:
+  explicit CosineSimilarity(std::int64_t axis = -1) : axis_(axis) {}
+  Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
+  std::string name() const override { return "cosine_similarity"; }
+
+ private:
+  std::int64_t axis_;
 };
 
 class MeanSquaredError : public Loss {
@@ -49,8 +101,9 @@ class MeanSquaredError : public Loss {
 };
 
 // By Keras name: sparse_categorical_crossentropy, categorical_crossentropy,
-// mean_squared_error (or mse). Cross-entropies by name take probabilities (from_logits=false),
-// as in Keras. Throws ValueError for any other name.
+// binary_crossentropy, mean_squared_error (mse), mean_absolute_error (mae), huber,
+// kl_divergence (kld), cosine_similarity. Cross-entropies by name take probabilities
+// (from_logits=false), as in Keras. Throws ValueError for any other name.
 LossPtr get(const std::string& name);
 
 }  // namespace keras::losses

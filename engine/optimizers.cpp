@@ -18,13 +18,21 @@ void check_range(double value, double low, double high, const char* what, bool h
 }
 }  // namespace
 
-Optimizer::Optimizer(double learning_rate, double weight_decay, std::string name)
-    : weight_decay_(weight_decay), learning_rate_(learning_rate), name_(std::move(name)) {
-  set_learning_rate(learning_rate);
+Optimizer::Optimizer(LearningRate learning_rate, double weight_decay, std::string name)
+    : weight_decay_(weight_decay), learning_rate_(learning_rate.value()), schedule_(learning_rate.schedule()),
+      name_(std::move(name)) {
+  if (!schedule_) set_learning_rate(learning_rate.value());
   check_range(weight_decay, 0.0, 1.0, "weight_decay", false);
 }
 
+double Optimizer::learning_rate() const { return schedule_ ? (*schedule_)(iterations_) : learning_rate_; }
+
 void Optimizer::set_learning_rate(double value) {
+  if (schedule_) {
+    throw ValueError(str(name_, " was made with a learning rate schedule, which sets its rate at each step; ",
+                         "setting it to ", value, " would be overwritten (make the optimizer with a number to ",
+                         "change its rate from a callback)"));
+  }
   if (!std::isfinite(value) || value < 0) {
     throw ValueError(str("learning_rate must be a finite number >= 0, got ", value));
   }
@@ -35,6 +43,12 @@ void Optimizer::apply(const std::vector<Tensor>& variables, const std::vector<Te
   if (variables.size() != gradients.size()) {
     throw ValueError(str(name_, ": got ", variables.size(), " variables and ", gradients.size(),
                          " gradients; expected one gradient per variable"));
+  }
+  // The rate of this step: the schedule's at the step count before it, as Keras evaluates it.
+  step_learning_rate_ = learning_rate();
+  if (!std::isfinite(step_learning_rate_) || step_learning_rate_ < 0) {
+    throw ValueError(str(name_, ": the learning rate schedule gave ", step_learning_rate_, " at step ", iterations_,
+                         "; a rate must be a finite number >= 0"));
   }
   iterations_ += 1;
   NoGradGuard no_grad;
@@ -122,25 +136,25 @@ Tensor& Optimizer::slot(const Tensor& variable, int index) {
   return slots[index];
 }
 
-SGD::SGD(double learning_rate, double momentum, bool nesterov, double weight_decay)
-    : Optimizer(learning_rate, weight_decay, "SGD"), momentum_(momentum), nesterov_(nesterov) {
+SGD::SGD(LearningRate learning_rate, double momentum, bool nesterov, double weight_decay)
+    : Optimizer(std::move(learning_rate), weight_decay, "SGD"), momentum_(momentum), nesterov_(nesterov) {
   check_range(momentum, 0.0, 1.0, "SGD momentum", false);
 }
 
 void SGD::update(Tensor& variable, const Tensor& gradient) {
   Tensor velocity = momentum_ > 0 ? slot(variable, 0) : Tensor();
   backend_for(variable.device())
-      .sgd_update({learning_rate(), momentum_, nesterov_, weight_decay_}, variable, gradient,
+      .sgd_update({step_learning_rate(), momentum_, nesterov_, weight_decay_}, variable, gradient,
                   velocity);
 }
 
-Adam::Adam(double learning_rate, double beta_1, double beta_2, double epsilon,
+Adam::Adam(LearningRate learning_rate, double beta_1, double beta_2, double epsilon,
            double weight_decay)
-    : Adam(learning_rate, beta_1, beta_2, epsilon, weight_decay, "Adam") {}
+    : Adam(std::move(learning_rate), beta_1, beta_2, epsilon, weight_decay, "Adam") {}
 
-Adam::Adam(double learning_rate, double beta_1, double beta_2, double epsilon,
+Adam::Adam(LearningRate learning_rate, double beta_1, double beta_2, double epsilon,
            double weight_decay, std::string name)
-    : Optimizer(learning_rate, weight_decay, std::move(name)), beta_1_(beta_1), beta_2_(beta_2),
+    : Optimizer(std::move(learning_rate), weight_decay, std::move(name)), beta_1_(beta_1), beta_2_(beta_2),
       epsilon_(epsilon) {
   check_range(beta_1, 0.0, 1.0, "beta_1", true);
   check_range(beta_2, 0.0, 1.0, "beta_2", true);
@@ -154,13 +168,13 @@ void Adam::update(Tensor& variable, const Tensor& gradient) {
   Tensor second = slot(variable, 1);
   Tensor first = slot(variable, 0);
   backend_for(variable.device())
-      .adam_update({learning_rate(), beta_1_, beta_2_, epsilon_, weight_decay_, iterations()},
+      .adam_update({step_learning_rate(), beta_1_, beta_2_, epsilon_, weight_decay_, iterations()},
                    variable, gradient, first, second);
 }
 
-AdamW::AdamW(double learning_rate, double weight_decay, double beta_1, double beta_2,
+AdamW::AdamW(LearningRate learning_rate, double weight_decay, double beta_1, double beta_2,
              double epsilon)
-    : Adam(learning_rate, beta_1, beta_2, epsilon, weight_decay, "AdamW") {}
+    : Adam(std::move(learning_rate), beta_1, beta_2, epsilon, weight_decay, "AdamW") {}
 
 std::shared_ptr<Optimizer> get(const std::string& name) {
   if (name == "sgd" || name == "SGD") return std::make_shared<SGD>();

@@ -1,19 +1,38 @@
 // Optimizers with Keras' names, defaults and update rules (SGD with momentum and Nesterov,
 // Adam, AdamW). Each step runs one fused in-place kernel per variable (engine/backend.h).
 #pragma once
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "engine/learning_rate_schedules.h"
 #include "engine/tensor.h"
 
 namespace keras::optimizers {
 
+// An optimizer's learning_rate argument: a number, or a schedule of the step count (Keras'
+// learning_rate=keras.optimizers.schedules.…): SGD(0.1), Adam(schedules::CosineDecay(1e-3, 1000)).
+class LearningRate {
+ public:
+  LearningRate(double value) : value_(value) {}
+  LearningRate(schedules::SchedulePtr schedule) : schedule_(std::move(schedule)) {}
+  template <typename S>
+    requires std::derived_from<S, schedules::LearningRateSchedule>
+  LearningRate(S schedule) : schedule_(std::make_shared<S>(std::move(schedule))) {}
+  double value() const { return value_; }
+  const schedules::SchedulePtr& schedule() const { return schedule_; }
+
+ private:
+  double value_ = 0.0;
+  schedules::SchedulePtr schedule_;
+};
+
 class Optimizer {
  public:
-  Optimizer(double learning_rate, double weight_decay, std::string name);
+  Optimizer(LearningRate learning_rate, double weight_decay, std::string name);
   virtual ~Optimizer() = default;
 
   // Updates each variable from its gradient (same order, same shapes); skips undefined grads.
@@ -23,8 +42,11 @@ class Optimizer {
   // process that updates only its block (distribution/runtime/gradient_reducer.h). Called after this
   // step's apply(), which counts the step; the state keeps the whole variable's shape.
   void apply_to_block(const Tensor& variable, std::int64_t offset, const Tensor& gradient_block);
-  double learning_rate() const { return learning_rate_; }
+  // The rate the next update will use: the schedule's at iterations() when there is one.
+  double learning_rate() const;
+  // Sets a fixed rate; an optimizer made with a schedule refuses it, as Keras does.
   void set_learning_rate(double value);
+  const schedules::SchedulePtr& learning_rate_schedule() const { return schedule_; }
   std::int64_t iterations() const { return iterations_; }
   const std::string& name() const { return name_; }
   // Bytes of per-variable state held (Adam: two moments per variable, each the variable's
@@ -41,12 +63,16 @@ class Optimizer {
 
  protected:
   virtual void update(Tensor& variable, const Tensor& gradient) = 0;
+  // The rate of the update being made (the schedule's at the step being taken).
+  double step_learning_rate() const { return step_learning_rate_; }
   // Per-variable state (momentum, moments), created zero-filled on first use.
   Tensor& slot(const Tensor& variable, int index);
   double weight_decay_;
 
  private:
   double learning_rate_;
+  schedules::SchedulePtr schedule_;
+  double step_learning_rate_ = 0.0;
   std::int64_t iterations_ = 0;
   std::string name_;
   std::unordered_map<TensorImpl*, std::vector<Tensor>> slots_;
@@ -63,7 +89,7 @@ class Optimizer {
 
 class SGD : public Optimizer {
  public:
-  explicit SGD(double learning_rate = 0.01, double momentum = 0.0, bool nesterov = false,
+  explicit SGD(LearningRate learning_rate = 0.01, double momentum = 0.0, bool nesterov = false,
                double weight_decay = 0.0);
 
  protected:
@@ -76,11 +102,11 @@ class SGD : public Optimizer {
 
 class Adam : public Optimizer {
  public:
-  explicit Adam(double learning_rate = 0.001, double beta_1 = 0.9, double beta_2 = 0.999,
+  explicit Adam(LearningRate learning_rate = 0.001, double beta_1 = 0.9, double beta_2 = 0.999,
                 double epsilon = 1e-7, double weight_decay = 0.0);
 
  protected:
-  Adam(double learning_rate, double beta_1, double beta_2, double epsilon, double weight_decay,
+  Adam(LearningRate learning_rate, double beta_1, double beta_2, double epsilon, double weight_decay,
        std::string name);
   void update(Tensor& variable, const Tensor& gradient) override;
 
@@ -91,7 +117,7 @@ class Adam : public Optimizer {
 // Adam with decoupled weight decay (Keras' default weight_decay=0.004).
 class AdamW : public Adam {
  public:
-  explicit AdamW(double learning_rate = 0.001, double weight_decay = 0.004, double beta_1 = 0.9,
+  explicit AdamW(LearningRate learning_rate = 0.001, double weight_decay = 0.004, double beta_1 = 0.9,
                  double beta_2 = 0.999, double epsilon = 1e-7);
 };
 

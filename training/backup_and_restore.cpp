@@ -280,7 +280,8 @@ void apply_backup(Model& model, Backup& backup) {
     optimizer.set_slots(variable->value, slots);  // none: as before its first update
   }
   optimizer.set_iterations(backup.iterations);
-  optimizer.set_learning_rate(backup.learning_rate);
+  // A schedule sets the rate from the restored step count itself.
+  if (!optimizer.learning_rate_schedule()) optimizer.set_learning_rate(backup.learning_rate);
   for (auto& [layer, counters] : backup.counters) layer->set_random_counters(counters);
   set_random_seed(backup.seed_state);
   model.resume_training_from(backup.position);

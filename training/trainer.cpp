@@ -413,7 +413,9 @@ History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions&
     resumed_totals = std::move(resumed.totals);
     // In the middle of an epoch, its on_epoch_begin callbacks run again below: from the rate
     // they started from the first time.
-    if (first_step > 0) model_.optimizer_->set_learning_rate(resumed.epoch_learning_rate);
+    if (first_step > 0 && !model_.optimizer_->learning_rate_schedule()) {
+      model_.optimizer_->set_learning_rate(resumed.epoch_learning_rate);
+    }
   }
   for (int epoch = first_epoch; epoch < options.epochs && !model_.stop_training; ++epoch) {
     const std::int64_t start_step = epoch == first_epoch ? first_step : 0;

@@ -1,0 +1,110 @@
+"""Writes tests/reference/keras_training_surface.h: inputs and Keras 3's answers (on JAX) for
+the losses and learning-rate schedules tests/training_surface_test.cpp checks, so that the
+test itself needs no Python. Run it in the Keras + JAX virtual environment
+(python3 benchmarks/compare_keras_jax.py creates it) after changing a case:
+
+    KERAS_BACKEND=jax $VENV/bin/python tests/interop/make_training_surface_references.py
+
+The header records the Keras and JAX versions that made it.
+"""
+import os
+import sys
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+import numpy as np  # noqa: E402
+import keras  # noqa: E402
+import jax  # noqa: E402
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference", "keras_training_surface.h")
+rng = np.random.default_rng(20261206)
+lines = []
+
+
+def array(name, values):
+    flat = np.asarray(values, dtype=np.float64).ravel()
+    body = ", ".join(f"{v:.17g}" for v in flat)
+    lines.append(f"inline const std::vector<double> {name} = {{{body}}};")
+
+
+def number(name, value):
+    lines.append(f"constexpr double {name} = {float(value):.17g};")
+
+
+# Inputs shared by the loss cases: 4 samples, 3 classes / features.
+logits = rng.normal(size=(4, 3)).astype("float32")
+probabilities = np.asarray(keras.ops.softmax(logits, axis=-1), dtype="float32")
+binary_targets = (rng.uniform(size=(4, 3)) > 0.5).astype("float32")
+sigmoid = (1 / (1 + np.exp(-logits))).astype("float32")
+one_hot = np.eye(3, dtype="float32")[rng.integers(0, 3, size=4)]
+regression_targets = rng.normal(size=(4, 3)).astype("float32")
+regression_predictions = (regression_targets + 1.5 * rng.normal(size=(4, 3))).astype("float32")
+array("kLogits", logits)
+array("kProbabilities", probabilities)
+array("kBinaryTargets", binary_targets)
+array("kSigmoid", sigmoid)
+array("kOneHot", one_hot)
+array("kRegressionTargets", regression_targets)
+array("kRegressionPredictions", regression_predictions)
+
+L = keras.losses
+cases = {
+    "kBinaryCrossentropy": L.BinaryCrossentropy()(binary_targets, sigmoid),
+    "kBinaryCrossentropyFromLogits": L.BinaryCrossentropy(from_logits=True)(binary_targets, logits),
+    "kBinaryCrossentropySmoothed": L.BinaryCrossentropy(label_smoothing=0.2)(binary_targets, sigmoid),
+    "kBinaryCrossentropyFromLogitsSmoothed":
+        L.BinaryCrossentropy(from_logits=True, label_smoothing=0.1)(binary_targets, logits),
+    "kCategoricalCrossentropySmoothed": L.CategoricalCrossentropy(label_smoothing=0.2)(one_hot, probabilities),
+    "kCategoricalCrossentropyFromLogitsSmoothed":
+        L.CategoricalCrossentropy(from_logits=True, label_smoothing=0.1)(one_hot, logits),
+    "kMeanAbsoluteError": L.MeanAbsoluteError()(regression_targets, regression_predictions),
+    "kHuber": L.Huber()(regression_targets, regression_predictions),
+    "kHuberDelta": L.Huber(delta=0.5)(regression_targets, regression_predictions),
+    "kKLDivergence": L.KLDivergence()(probabilities[::-1].copy(), probabilities),
+    "kCosineSimilarity": L.CosineSimilarity()(regression_targets, regression_predictions),
+    "kCosineSimilarityAxis0": L.CosineSimilarity(axis=0)(regression_targets, regression_predictions),
+}
+for name, value in cases.items():
+    number(name, np.asarray(value))
+
+S = keras.optimizers.schedules
+steps = [0, 1, 2, 5, 9, 10, 11, 25, 99, 100, 101, 250]
+array("kScheduleSteps", steps)
+schedules = {
+    "kExponentialDecay": S.ExponentialDecay(0.1, 10, 0.5),
+    "kExponentialDecayStaircase": S.ExponentialDecay(0.1, 10, 0.5, staircase=True),
+    "kPiecewiseConstantDecay": S.PiecewiseConstantDecay([10, 100], [1.0, 0.5, 0.1]),
+    "kPolynomialDecay": S.PolynomialDecay(0.1, 100),
+    "kPolynomialDecaySquaredCycle": S.PolynomialDecay(0.1, 10, end_learning_rate=0.01, power=2.0, cycle=True),
+    "kInverseTimeDecay": S.InverseTimeDecay(0.1, 10, 0.5),
+    "kInverseTimeDecayStaircase": S.InverseTimeDecay(0.1, 10, 0.5, staircase=True),
+    "kCosineDecay": S.CosineDecay(0.1, 100),
+    "kCosineDecayAlpha": S.CosineDecay(0.1, 100, alpha=0.1),
+    "kCosineDecayWarmup": S.CosineDecay(0.0, 100, warmup_target=0.1, warmup_steps=10),
+}
+for name, schedule in schedules.items():
+    array(name, [float(np.asarray(schedule(step))) for step in steps])
+
+# An SGD run whose rate follows a schedule: the weights after each of 4 steps.
+weight = keras.Variable(np.array([1.0, -2.0, 3.0], dtype="float32"))
+optimizer = keras.optimizers.SGD(learning_rate=S.ExponentialDecay(0.1, 1, 0.5))
+trajectory = []
+for _ in range(4):
+    optimizer.apply([keras.ops.convert_to_tensor(np.array([1.0, 1.0, 1.0], dtype="float32"))], [weight])
+    trajectory.extend(np.asarray(weight).tolist())
+array("kScheduledSgdWeights", trajectory)
+
+header = f"""// Made by tests/interop/make_training_surface_references.py with Keras {keras.__version__} on JAX
+// {jax.__version__}: the inputs and Keras' answers tests/training_surface_test.cpp checks. Do not edit.
+#pragma once
+#include <vector>
+
+namespace keras::reference {{
+
+{chr(10).join(lines)}
+
+}}  // namespace keras::reference
+"""
+with open(OUT, "w") as handle:
+    handle.write(header)
+print(f"wrote {os.path.normpath(OUT)}", file=sys.stderr)

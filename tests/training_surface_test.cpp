@@ -1,0 +1,163 @@
+// Keras' training surface against Keras itself: each loss and learning-rate schedule here gives,
+// on the same inputs, the value Keras 3 on JAX gives (tests/reference/keras_training_surface.h,
+// made by tests/interop/make_training_surface_references.py), within 1e-6. Plus the argument
+// checks, and a schedule driving an optimizer as Keras' does.
+#include "tests/reference/keras_training_surface.h"
+#include "tests/test_helpers.h"
+
+namespace keras {
+namespace {
+
+using testing::expect_throw_with;
+
+Tensor tensor(const std::vector<double>& values, const Shape& shape) {
+  std::vector<float> single(values.begin(), values.end());
+  return Tensor::from_vector(single, shape);
+}
+
+struct LossCase {
+  const char* name;
+  losses::LossPtr loss;
+  const std::vector<double>& y_true;
+  const std::vector<double>& y_pred;
+  double keras_value;
+};
+
+TEST(KerasLosses, MatchKerasOnTheSameInputs) {
+  using namespace keras::reference;
+  using namespace keras::losses;
+  const std::vector<double> reversed_probabilities = [] {
+    std::vector<double> rows;
+    for (int row = 3; row >= 0; --row) {
+      for (int column = 0; column < 3; ++column) rows.push_back(kProbabilities[row * 3 + column]);
+    }
+    return rows;
+  }();
+  std::vector<LossCase> cases = {
+      {"BinaryCrossentropy", std::make_shared<BinaryCrossentropy>(), kBinaryTargets, kSigmoid, kBinaryCrossentropy},
+      {"BinaryCrossentropy(from_logits)", std::make_shared<BinaryCrossentropy>(true), kBinaryTargets, kLogits,
+       kBinaryCrossentropyFromLogits},
+      {"BinaryCrossentropy(label_smoothing=0.2)", std::make_shared<BinaryCrossentropy>(false, 0.2), kBinaryTargets,
+       kSigmoid, kBinaryCrossentropySmoothed},
+      {"BinaryCrossentropy(from_logits, label_smoothing=0.1)", std::make_shared<BinaryCrossentropy>(true, 0.1),
+       kBinaryTargets, kLogits, kBinaryCrossentropyFromLogitsSmoothed},
+      {"CategoricalCrossentropy(label_smoothing=0.2)", std::make_shared<CategoricalCrossentropy>(false, 0.2), kOneHot,
+       kProbabilities, kCategoricalCrossentropySmoothed},
+      {"CategoricalCrossentropy(from_logits, label_smoothing=0.1)",
+       std::make_shared<CategoricalCrossentropy>(true, 0.1), kOneHot, kLogits,
+       kCategoricalCrossentropyFromLogitsSmoothed},
+      {"MeanAbsoluteError", std::make_shared<MeanAbsoluteError>(), kRegressionTargets, kRegressionPredictions,
+       kMeanAbsoluteError},
+      {"Huber", std::make_shared<Huber>(), kRegressionTargets, kRegressionPredictions, kHuber},
+      {"Huber(delta=0.5)", std::make_shared<Huber>(0.5), kRegressionTargets, kRegressionPredictions, kHuberDelta},
+      {"KLDivergence", std::make_shared<KLDivergence>(), reversed_probabilities, kProbabilities, kKLDivergence},
+      {"CosineSimilarity", std::make_shared<CosineSimilarity>(), kRegressionTargets, kRegressionPredictions,
+       kCosineSimilarity},
+      {"CosineSimilarity(axis=0)", std::make_shared<CosineSimilarity>(0), kRegressionTargets,
+       kRegressionPredictions, kCosineSimilarityAxis0},
+  };
+  for (const LossCase& test : cases) {
+    double ours = (*test.loss)(tensor(test.y_true, {4, 3}), tensor(test.y_pred, {4, 3})).item();
+    EXPECT_NEAR(ours, test.keras_value, 1e-6 * std::max(1.0, std::abs(test.keras_value))) << test.name;
+  }
+}
+
+TEST(KerasLosses, ByNameAndTheirChecks) {
+  for (const char* name : {"binary_crossentropy", "mae", "mean_absolute_error", "huber", "kld", "kl_divergence",
+                           "cosine_similarity"}) {
+    EXPECT_NE(losses::get(name), nullptr) << name;
+  }
+  expect_throw_with<ValueError>([] { losses::get("hinge"); }, "unknown loss 'hinge'");
+  expect_throw_with<ValueError>([] { losses::BinaryCrossentropy(false, 1.5); }, "label_smoothing must be in [0, 1]");
+  expect_throw_with<ValueError>([] { losses::Huber(0.0); }, "delta must be > 0");
+  expect_throw_with<ShapeError>(
+      [] { losses::MeanAbsoluteError()(Tensor::zeros({2, 3}), Tensor::zeros({2, 2})); }, "must have the same shape");
+  // The gradient of a from-logits binary cross-entropy is sigmoid(x) - y, over the elements.
+  Tensor logits = Tensor::from_vector<float>({-2, 0.5, 3}, {1, 3});
+  logits.set_requires_grad(true);
+  Tensor targets = Tensor::from_vector<float>({0, 1, 1}, {1, 3});
+  losses::BinaryCrossentropy(true)(targets, logits).backward();
+  std::vector<double> gradient = logits.grad().to_vector<double>();
+  std::vector<double> x = {-2, 0.5, 3}, y = {0, 1, 1};
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(gradient[i], (1 / (1 + std::exp(-x[i])) - y[i]) / 3, 1e-6);
+}
+
+TEST(KerasSchedules, MatchKerasAtEveryStep) {
+  using namespace keras::reference;
+  namespace s = keras::optimizers::schedules;
+  struct Case {
+    const char* name;
+    std::shared_ptr<s::LearningRateSchedule> schedule;
+    const std::vector<double>& keras_values;
+  };
+  std::vector<Case> cases = {
+      {"ExponentialDecay", std::make_shared<s::ExponentialDecay>(0.1, 10, 0.5), kExponentialDecay},
+      {"ExponentialDecay(staircase)", std::make_shared<s::ExponentialDecay>(0.1, 10, 0.5, true),
+       kExponentialDecayStaircase},
+      {"PiecewiseConstantDecay",
+       std::make_shared<s::PiecewiseConstantDecay>(std::vector<std::int64_t>{10, 100}, std::vector<double>{1, 0.5, 0.1}),
+       kPiecewiseConstantDecay},
+      {"PolynomialDecay", std::make_shared<s::PolynomialDecay>(0.1, 100), kPolynomialDecay},
+      {"PolynomialDecay(power=2, cycle)", std::make_shared<s::PolynomialDecay>(0.1, 10, 0.01, 2.0, true),
+       kPolynomialDecaySquaredCycle},
+      {"InverseTimeDecay", std::make_shared<s::InverseTimeDecay>(0.1, 10, 0.5), kInverseTimeDecay},
+      {"InverseTimeDecay(staircase)", std::make_shared<s::InverseTimeDecay>(0.1, 10, 0.5, true),
+       kInverseTimeDecayStaircase},
+      {"CosineDecay", std::make_shared<s::CosineDecay>(0.1, 100), kCosineDecay},
+      {"CosineDecay(alpha=0.1)", std::make_shared<s::CosineDecay>(0.1, 100, 0.1), kCosineDecayAlpha},
+      {"CosineDecay(warmup)", std::make_shared<s::CosineDecay>(0.0, 100, 0.0, 0.1, 10), kCosineDecayWarmup},
+  };
+  for (const Case& test : cases) {
+    for (std::size_t i = 0; i < kScheduleSteps.size(); ++i) {
+      auto step = static_cast<std::int64_t>(kScheduleSteps[i]);
+      // Keras computes in float32, where 1 + cos(pi * t) loses digits near the end of a cosine
+      // decay (4e-9 of 0.002 at step 101): 1e-6 of the larger of the value and the rates' 0.1.
+      EXPECT_NEAR((*test.schedule)(step), test.keras_values[i], 1e-6 * std::max(std::abs(test.keras_values[i]), 0.1))
+          << test.name << " at step " << step;
+    }
+  }
+}
+
+TEST(KerasSchedules, DriveTheOptimizerAsInKeras) {
+  // SGD with an ExponentialDecay(0.1, 1, 0.5) rate and gradient 1: Keras' weights after each step.
+  Tensor weight = Tensor::from_vector<float>({1, -2, 3}, {3});
+  optimizers::SGD sgd(optimizers::schedules::ExponentialDecay(0.1, 1, 0.5));
+  EXPECT_NEAR(sgd.learning_rate(), 0.1, 1e-12);
+  std::vector<double> trajectory;
+  for (int step = 0; step < 4; ++step) {
+    sgd.apply({weight}, {Tensor::ones({3})});
+    for (double value : weight.to_vector<double>()) trajectory.push_back(value);
+  }
+  testing::expect_close(trajectory, reference::kScheduledSgdWeights, 1e-6, "SGD on a schedule");
+  EXPECT_NEAR(sgd.learning_rate(), 0.1 * std::pow(0.5, 4), 1e-12);  // the next step's
+  expect_throw_with<ValueError>([&] { sgd.set_learning_rate(0.5); }, "was made with a learning rate schedule");
+  expect_throw_with<ValueError>([] { optimizers::schedules::PiecewiseConstantDecay({10, 5}, {1, 2, 3}); },
+                                "boundaries must increase");
+  expect_throw_with<ValueError>([] { optimizers::schedules::PiecewiseConstantDecay({10}, {1}); },
+                                "1 boundaries need 2 values, got 1");
+  expect_throw_with<ValueError>([] { optimizers::schedules::CosineDecay(0.1, 0); }, "decay_steps must be a positive");
+}
+
+// A schedule of the user's own, as Keras' LearningRateSchedule subclass.
+class Halving : public optimizers::schedules::LearningRateSchedule {
+ public:
+  double operator()(std::int64_t step) const override { return step < 2 ? 0.5 : 0.25; }
+};
+
+TEST(KerasSchedules, AUserScheduleTrainsAModel) {
+  clear_session();
+  set_random_seed(1);
+  Sequential model({layers::Dense(1)});
+  model.compile(optimizers::SGD(Halving()), "mse");
+  Tensor x = Tensor::ones({4, 2});
+  Tensor y = Tensor::zeros({4, 1});
+  model.train_on_batch(x, y);
+  EXPECT_EQ(model.optimizer().learning_rate(), 0.5);
+  model.train_on_batch(x, y);
+  model.train_on_batch(x, y);
+  EXPECT_EQ(model.optimizer().learning_rate(), 0.25);
+  EXPECT_EQ(model.optimizer().iterations(), 3);
+}
+
+}  // namespace
+}  // namespace keras
