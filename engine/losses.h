@@ -16,6 +16,8 @@ class Loss {
   virtual std::string name() const = 0;
   // True when labels are class indices (sparse), which decides what "accuracy" means.
   virtual bool sparse_labels() const { return false; }
+  // True when labels are 0/1 per element (binary cross-entropy): "accuracy" is binary then.
+  virtual bool binary_labels() const { return false; }
 };
 using LossPtr = std::shared_ptr<const Loss>;
 
@@ -53,6 +55,7 @@ class BinaryCrossentropy : public Loss {
   explicit BinaryCrossentropy(bool from_logits = false, double label_smoothing = 0.0);
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
   std::string name() const override { return "binary_crossentropy"; }
+  bool binary_labels() const override { return true; }
 
  private:
   bool from_logits_;

@@ -159,5 +159,111 @@ TEST(KerasSchedules, AUserScheduleTrainsAModel) {
   EXPECT_EQ(model.optimizer().iterations(), 3);
 }
 
+// Rows [begin, begin + 2) of a (4, columns) reference array.
+Tensor rows(const std::vector<double>& values, std::int64_t begin, std::int64_t columns) {
+  std::vector<double> part(values.begin() + begin * columns, values.begin() + (begin + 2) * columns);
+  return columns == 1 ? tensor(part, {2}) : tensor(part, {2, columns});
+}
+
+TEST(KerasMetrics, MatchKerasOverTwoBatches) {
+  using namespace keras::reference;
+  struct Case {
+    const char* name;
+    metrics::MetricPtr metric;
+    const std::vector<double>& y_true;
+    std::int64_t true_columns;
+    const std::vector<double>& y_pred;
+    double keras_value;
+  };
+  std::vector<Case> cases = {
+      {"Accuracy", std::make_shared<metrics::Accuracy>(), kExactTargets, 3, kExactPredictions, kAccuracyMetric},
+      {"BinaryAccuracy", std::make_shared<metrics::BinaryAccuracy>(), kBinaryTargets, 3, kSigmoid,
+       kBinaryAccuracyMetric},
+      {"BinaryAccuracy(threshold=0.3)", std::make_shared<metrics::BinaryAccuracy>("binary_accuracy", 0.3),
+       kBinaryTargets, 3, kSigmoid, kBinaryAccuracyThresholdMetric},
+      {"CategoricalAccuracy", std::make_shared<metrics::CategoricalAccuracy>(), kOneHot, 3, kProbabilities,
+       kCategoricalAccuracyMetric},
+      {"SparseCategoricalAccuracy", std::make_shared<metrics::SparseCategoricalAccuracy>(), kLabels, 1,
+       kProbabilities, kSparseCategoricalAccuracyMetric},
+      {"TopKCategoricalAccuracy(k=2)", std::make_shared<metrics::TopKCategoricalAccuracy>(2), kOneHot, 3,
+       kProbabilities, kTopKCategoricalAccuracyMetric},
+      {"SparseTopKCategoricalAccuracy(k=2)", std::make_shared<metrics::SparseTopKCategoricalAccuracy>(2), kLabels, 1,
+       kProbabilities, kSparseTopKCategoricalAccuracyMetric},
+      {"Precision", std::make_shared<metrics::Precision>(), kBinaryTargets, 3, kSigmoid, kPrecisionMetric},
+      {"Recall", std::make_shared<metrics::Recall>(), kBinaryTargets, 3, kSigmoid, kRecallMetric},
+      {"Recall(thresholds=0.3)", std::make_shared<metrics::Recall>(0.3), kBinaryTargets, 3, kSigmoid,
+       kRecallThresholdMetric},
+      {"MeanSquaredError", std::make_shared<metrics::MeanSquaredError>(), kRegressionTargets, 3,
+       kRegressionPredictions, kMeanSquaredErrorMetric},
+      {"MeanAbsoluteError", std::make_shared<metrics::MeanAbsoluteError>(), kRegressionTargets, 3,
+       kRegressionPredictions, kMeanAbsoluteErrorMetric},
+      {"RootMeanSquaredError", std::make_shared<metrics::RootMeanSquaredError>(), kRegressionTargets, 3,
+       kRegressionPredictions, kRootMeanSquaredErrorMetric},
+  };
+  for (const Case& test : cases) {
+    Tensor first_true = rows(test.y_true, 0, test.true_columns), second_true = rows(test.y_true, 2, test.true_columns);
+    if (test.true_columns == 1) {
+      first_true = ops::cast(first_true, int64);
+      second_true = ops::cast(second_true, int64);
+    }
+    test.metric->update_state(first_true, rows(test.y_pred, 0, 3));
+    test.metric->update_state(second_true, rows(test.y_pred, 2, 3));
+    EXPECT_NEAR(test.metric->result(), test.keras_value, 1e-6) << test.name;
+    test.metric->reset_state();
+    EXPECT_EQ(test.metric->result(), 0.0) << test.name << " after reset_state";
+  }
+  metrics::Mean mean;
+  mean.update_state(rows(kRegressionTargets, 0, 3));
+  mean.update_state(ops::slice(tensor(kRegressionTargets, {4, 3}), {2, 0}, {2, 1}));
+  EXPECT_NEAR(mean.result(), kMeanMetric, 1e-6);
+  expect_throw_with<ValueError>([] { metrics::get("auc_of_doom", metrics::LabelKind::sparse); },
+                                "unknown metric 'auc_of_doom'");
+  expect_throw_with<ValueError>([&] { mean.update_state(Tensor::ones({2}), Tensor::ones({2})); },
+                                "call update_state(values)");
+}
+
+// A metric of the user's own (Keras' Metric subclass): the largest absolute error seen... as a
+// ratio: the count of predictions within 0.5 of the target.
+class WithinHalf : public metrics::Metric {
+ public:
+  WithinHalf() : Metric("within_half") {}
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override {
+    NoGradGuard no_grad;
+    Tensor close = ops::less(ops::abs(y_pred - y_true), ops::scalar_like(y_pred, 0.5));
+    add_batch(ops::sum(ops::cast(close, float64)), 1.0, double(y_pred.size()));
+  }
+};
+
+TEST(KerasMetrics, ObjectsAndUserMetricsInCompileLogUnderTheirNames) {
+  clear_session();
+  set_random_seed(2);
+  Sequential model({layers::Dense(4, "relu"), layers::Dense(1, "sigmoid")});
+  auto precision = std::make_shared<metrics::Precision>();
+  auto within = std::make_shared<WithinHalf>();
+  model.compile(optimizers::Adam(0.01), losses::BinaryCrossentropy(),
+                {"accuracy", precision, within, metrics::Recall(0.5, "recall_at_half")});
+  Tensor x = testing::random_tensor({32, 3}, 4, float32);
+  Tensor y = ops::cast(ops::greater(ops::sum(x, {1}, true), ops::scalar_like(x, 0.0)), float32);
+  FitOptions fit;
+  fit.epochs = 2;
+  fit.batch_size = 8;
+  fit.verbose = 0;
+  History history = model.fit(x, y, fit);
+  for (const char* log : {"accuracy", "precision", "within_half", "recall_at_half"}) {
+    ASSERT_EQ(history.history[log].size(), 2u) << log;
+  }
+  // The objects hold the last epoch's state: their result() is the logged value.
+  EXPECT_NEAR(precision->result(), history.history["precision"][1], 1e-12);
+  EXPECT_NEAR(within->result(), history.history["within_half"][1], 1e-12);
+  // "accuracy" with a binary cross-entropy is binary accuracy: a value over all elements.
+  Tensor predicted = ops::cast(ops::greater(model.predict(x), ops::scalar_like(y, 0.5)), float32);
+  EvaluateOptions quiet;
+  quiet.verbose = 0;
+  auto results = model.evaluate(x, y, quiet);
+  EXPECT_NEAR(results["accuracy"], ops::mean(ops::cast(ops::equal(predicted, y), float64)).item(), 1e-12);
+  expect_throw_with<ValueError>([&] { model.compile("adam", "mse", {precision, precision}); }, "is given twice");
+  expect_throw_with<ValueError>([&] { model.compile("adam", "mse", {"mae", "mae"}); }, "would log as 'mae'");
+}
+
 }  // namespace
 }  // namespace keras

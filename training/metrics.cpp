@@ -1,6 +1,8 @@
 // Metric updates (computed outside autograd).
 #include "training/metrics.h"
 
+#include <cmath>
+
 #include "engine/errors.h"
 #include "engine/ops.h"
 
@@ -20,6 +22,15 @@ void RunningTotal::add(const Tensor& value, double scale, double count) {
   }
   pending_.push_back({value.detach(), scale});
   count_ += count;
+  if (pending_.size() >= kMaxPendingTerms) read_pending();
+}
+
+void RunningTotal::add_term(const Tensor& value, double scale) {
+  if (value.size() != 1) {
+    throw ShapeError(str("RunningTotal::add_term: a term must have one element, got shape ",
+                         shape_to_string(value.shape())));
+  }
+  pending_.push_back({value.detach(), scale});
   if (pending_.size() >= kMaxPendingTerms) read_pending();
 }
 
@@ -55,53 +66,199 @@ void RunningTotal::read_pending() const {
   pending_.clear();
 }
 
+void Metric::reset_state() {
+  numerator_.reset();
+  device_denominator_.reset();
+}
+
+void Metric::set_state(double numerator, double denominator) {
+  reset_state();
+  add_to_state(numerator, denominator);
+}
+
+void Metric::add_batch(const Tensor& numerator, const Tensor& denominator) {
+  numerator_.add_term(numerator, 1.0);
+  device_denominator_.add_term(denominator, 1.0);
+}
+
 namespace {
 double batch_size_of(const Tensor& y_pred) {
   return y_pred.rank() == 0 ? 1.0 : static_cast<double>(y_pred.dim(0));
 }
-}  // namespace
 
-void SparseCategoricalAccuracy::update(const Tensor& y_true, const Tensor& y_pred) {
-  NoGradGuard no_grad;
+Tensor count_of(const Tensor& condition) { return ops::sum(ops::cast(condition, float64)); }
+
+Tensor as_float64(const Tensor& x) { return ops::cast(x, float64); }
+
+void check_same_shape(const char* metric, const Tensor& y_true, const Tensor& y_pred) {
+  if (y_true.shape() != y_pred.shape()) {
+    throw ShapeError(str(metric, ": labels of shape ", shape_to_string(y_true.shape()), " and predictions of shape ",
+                         shape_to_string(y_pred.shape()), " must have the same shape"));
+  }
+}
+
+// Class indices of shape (batch,) from (batch,) or (batch, 1).
+Tensor class_indices(const Tensor& y_true, const Tensor& y_pred) {
   Tensor labels = y_true;
   if (labels.rank() == y_pred.rank() && labels.shape().back() == 1) labels = ops::squeeze(labels, -1);
-  Tensor predicted = ops::argmax(y_pred, -1);
-  Tensor correct = ops::equal(predicted, ops::cast(labels, int64));
-  add_batch(ops::sum(ops::cast(correct, float64)), 1.0, static_cast<double>(predicted.size()));
+  return ops::cast(labels, int64);
 }
 
-void CategoricalAccuracy::update(const Tensor& y_true, const Tensor& y_pred) {
+// Whether each row's label is among its k highest scores (fewer than k scores above it).
+Tensor in_top_k(const Tensor& labels, const Tensor& y_pred, std::int64_t k) {
+  Tensor scores = as_float64(y_pred);
+  Tensor label_score = ops::sum(ops::one_hot(labels, y_pred.shape().back(), float64) * scores, {-1}, true);
+  Tensor above = ops::sum(as_float64(ops::greater(scores, label_score)), {-1});
+  return ops::less(above, ops::scalar_like(above, double(k)));
+}
+
+// (predicted positive, actually positive) masks of a binary metric.
+std::pair<Tensor, Tensor> positives(const char* metric, const Tensor& y_true, const Tensor& y_pred, double threshold) {
+  check_same_shape(metric, y_true, y_pred);
+  Tensor predicted = ops::greater(as_float64(y_pred), ops::scalar_like(as_float64(y_pred), threshold));
+  Tensor actual = ops::greater(as_float64(y_true), ops::scalar_like(as_float64(y_true), 0.5));
+  return {predicted, actual};
+}
+}  // namespace
+
+void Mean::update_state(const Tensor& values) {
+  NoGradGuard no_grad;
+  // As Keras: values of rank > 1 are averaged per sample first; each sample counts once.
+  Tensor per_sample = as_float64(values);
+  if (per_sample.rank() > 1) {
+    ops::Axes trailing;
+    for (std::int64_t axis = 1; axis < per_sample.rank(); ++axis) trailing.push_back(axis);
+    per_sample = ops::mean(per_sample, trailing);
+  }
+  add_batch(ops::sum(per_sample), 1.0, static_cast<double>(per_sample.size()));
+}
+
+void Mean::update_state(const Tensor&, const Tensor&) {
+  throw ValueError(str("Mean '", name(), "' averages values: call update_state(values); as a compiled metric ",
+                       "it has no meaning for (y_true, y_pred)"));
+}
+
+void Sum::update_state(const Tensor& values) {
+  NoGradGuard no_grad;
+  add_batch(ops::sum(as_float64(values)), 1.0, static_cast<double>(values.size()));
+}
+
+void Sum::update_state(const Tensor&, const Tensor&) {
+  throw ValueError(str("Sum '", name(), "' adds values: call update_state(values); as a compiled metric ",
+                       "it has no meaning for (y_true, y_pred)"));
+}
+
+void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
+  NoGradGuard no_grad;
+  check_same_shape("accuracy", y_true, y_pred);
+  add_batch(count_of(ops::equal(as_float64(y_true), as_float64(y_pred))), 1.0, double(y_pred.size()));
+}
+
+void BinaryAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
+  NoGradGuard no_grad;
+  auto [predicted, actual] = positives("binary_accuracy", y_true, y_pred, threshold_);
+  add_batch(count_of(ops::equal(as_float64(predicted), as_float64(y_true))), 1.0, double(y_pred.size()));
+}
+
+void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
+  NoGradGuard no_grad;
+  Tensor predicted = ops::argmax(y_pred, -1);
+  Tensor correct = ops::equal(predicted, class_indices(y_true, y_pred));
+  add_batch(count_of(correct), 1.0, static_cast<double>(predicted.size()));
+}
+
+void CategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
   NoGradGuard no_grad;
   Tensor correct = ops::equal(ops::argmax(y_pred, -1), ops::argmax(y_true, -1));
-  add_batch(ops::sum(ops::cast(correct, float64)), 1.0, static_cast<double>(correct.size()));
+  add_batch(count_of(correct), 1.0, static_cast<double>(correct.size()));
 }
 
-void MeanSquaredError::update(const Tensor& y_true, const Tensor& y_pred) {
+TopKCategoricalAccuracy::TopKCategoricalAccuracy(std::int64_t k, std::string name) : Metric(std::move(name)), k_(k) {
+  if (k < 1) throw ValueError(str("top_k_categorical_accuracy: k must be >= 1, got ", k));
+}
+
+void TopKCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
   NoGradGuard no_grad;
-  Tensor difference = ops::cast(y_pred, float64) - ops::cast(y_true, float64);
+  check_same_shape("top_k_categorical_accuracy", y_true, y_pred);
+  Tensor correct = in_top_k(ops::argmax(y_true, -1), y_pred, k_);
+  add_batch(count_of(correct), 1.0, static_cast<double>(correct.size()));
+}
+
+SparseTopKCategoricalAccuracy::SparseTopKCategoricalAccuracy(std::int64_t k, std::string name)
+    : Metric(std::move(name)), k_(k) {
+  if (k < 1) throw ValueError(str("sparse_top_k_categorical_accuracy: k must be >= 1, got ", k));
+}
+
+void SparseTopKCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
+  NoGradGuard no_grad;
+  Tensor correct = in_top_k(class_indices(y_true, y_pred), y_pred, k_);
+  add_batch(count_of(correct), 1.0, static_cast<double>(correct.size()));
+}
+
+Precision::Precision(double threshold, std::string name) : Metric(std::move(name)), threshold_(threshold) {
+  if (!(threshold >= 0 && threshold <= 1)) throw ValueError(str("precision: threshold must be in [0, 1], got ", threshold));
+}
+
+void Precision::update_state(const Tensor& y_true, const Tensor& y_pred) {
+  NoGradGuard no_grad;
+  auto [predicted, actual] = positives("precision", y_true, y_pred, threshold_);
+  add_batch(count_of(ops::logical_and(predicted, actual)), count_of(predicted));
+}
+
+Recall::Recall(double threshold, std::string name) : Metric(std::move(name)), threshold_(threshold) {
+  if (!(threshold >= 0 && threshold <= 1)) throw ValueError(str("recall: threshold must be in [0, 1], got ", threshold));
+}
+
+void Recall::update_state(const Tensor& y_true, const Tensor& y_pred) {
+  NoGradGuard no_grad;
+  auto [predicted, actual] = positives("recall", y_true, y_pred, threshold_);
+  add_batch(count_of(ops::logical_and(predicted, actual)), count_of(actual));
+}
+
+void MeanSquaredError::update_state(const Tensor& y_true, const Tensor& y_pred) {
+  NoGradGuard no_grad;
+  Tensor difference = as_float64(y_pred) - as_float64(y_true);
   add_batch(ops::mean(ops::square(difference)), batch_size_of(y_pred), batch_size_of(y_pred));
 }
 
-void MeanAbsoluteError::update(const Tensor& y_true, const Tensor& y_pred) {
+void MeanAbsoluteError::update_state(const Tensor& y_true, const Tensor& y_pred) {
   NoGradGuard no_grad;
-  Tensor difference = ops::cast(y_pred, float64) - ops::cast(y_true, float64);
+  Tensor difference = as_float64(y_pred) - as_float64(y_true);
   add_batch(ops::mean(ops::abs(difference)), batch_size_of(y_pred), batch_size_of(y_pred));
 }
 
-MetricPtr get(const std::string& name, bool sparse_labels) {
+double RootMeanSquaredError::result_of(double numerator, double denominator) const {
+  return denominator > 0 ? std::sqrt(numerator / denominator) : 0.0;
+}
+
+MetricPtr get(const std::string& name, LabelKind labels) {
   if (name == "accuracy" || name == "acc") {
-    if (sparse_labels) return std::make_shared<SparseCategoricalAccuracy>(name);
+    if (labels == LabelKind::sparse) return std::make_shared<SparseCategoricalAccuracy>(name);
+    if (labels == LabelKind::binary) return std::make_shared<BinaryAccuracy>(name);
     return std::make_shared<CategoricalAccuracy>(name);
   }
   if (name == "sparse_categorical_accuracy") return std::make_shared<SparseCategoricalAccuracy>();
   if (name == "categorical_accuracy") return std::make_shared<CategoricalAccuracy>();
+  if (name == "binary_accuracy") return std::make_shared<BinaryAccuracy>();
+  if (name == "top_k_categorical_accuracy") return std::make_shared<TopKCategoricalAccuracy>();
+  if (name == "sparse_top_k_categorical_accuracy") return std::make_shared<SparseTopKCategoricalAccuracy>();
+  if (name == "precision") return std::make_shared<Precision>();
+  if (name == "recall") return std::make_shared<Recall>();
   if (name == "mean_squared_error" || name == "mse") return std::make_shared<MeanSquaredError>(name);
-  if (name == "mean_absolute_error" || name == "mae") {
-    return std::make_shared<MeanAbsoluteError>(name);
-  }
+  if (name == "mean_absolute_error" || name == "mae") return std::make_shared<MeanAbsoluteError>(name);
+  if (name == "root_mean_squared_error") return std::make_shared<RootMeanSquaredError>();
   throw ValueError(str("unknown metric '", name,
-                       "'; expected one of accuracy, sparse_categorical_accuracy, "
-                       "categorical_accuracy, mean_squared_error (mse), mean_absolute_error (mae)"));
+                       "'; expected one of accuracy, binary_accuracy, sparse_categorical_accuracy, ",
+                       "categorical_accuracy, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, ",
+                       "precision, recall, mean_squared_error (mse), mean_absolute_error (mae), ",
+                       "root_mean_squared_error, or a metric object"));
 }
 
 }  // namespace keras::metrics
+
+namespace keras {
+MetricSpec::MetricSpec(metrics::MetricPtr metric) : object_(std::move(metric)) {
+  if (!object_) throw ValueError("compile: a metric is null");
+  name_ = object_->name();
+}
+}  // namespace keras

@@ -1,6 +1,12 @@
-// Metrics accumulated over an epoch as (sum, count) and reported as their mean, as Keras does.
-// Their batch sums stay on the batch's device until read (RunningTotal).
+// Metric objects with Keras' interface (update_state, result, reset_state; subclass Metric for
+// your own) and the built-in metrics with Keras' names and formulas. A metric's state is a
+// ratio, (numerator, denominator): an accuracy's (right, seen), Precision's (true positives,
+// predicted positives). Under a distribution fit() and evaluate() sum both over the processes
+// before result_of, so every process logs the global value, and at the end of each epoch and
+// evaluation every process's metric holds that global state (one all-reduce, the logs' own:
+// training/trainer.cpp). Batch terms stay on the batch's device until read (RunningTotal).
 #pragma once
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -24,6 +30,8 @@ class RunningTotal {
   // Adds value * scale to the sum and `count` to the count; `value` is a one-element tensor
   // on any device. A term of count 0 is dropped (its value may be the NaN mean of no rows).
   void add(const Tensor& value, double scale, double count);
+  // Adds value * scale to the sum, nothing to the count.
+  void add_term(const Tensor& value, double scale);
   double sum() const;
   double count() const { return count_; }
   std::size_t pending_terms() const { return pending_.size(); }
@@ -47,59 +55,176 @@ class Metric {
  public:
   explicit Metric(std::string name) : name_(std::move(name)) {}
   virtual ~Metric() = default;
-  // Adds one batch; returns nothing, call result() for the running mean. Nothing waits for
-  // the batch's device here: see RunningTotal.
-  virtual void update(const Tensor& y_true, const Tensor& y_pred) = 0;
-  void add(double sum, double count) { total_.add(sum, count); }
-  double result() const { return total_.count() > 0 ? total_.sum() / total_.count() : 0.0; }
-  double sum() const { return total_.sum(); }
-  double count() const { return total_.count(); }
-  void reset() { total_.reset(); }
+  // Adds one batch. Nothing waits for the batch's device here: see RunningTotal.
+  virtual void update_state(const Tensor& y_true, const Tensor& y_pred) = 0;
+  // The value of a state; the default is the mean, numerator / denominator (0 before any data).
+  virtual double result_of(double numerator, double denominator) const {
+    return denominator > 0 ? numerator / denominator : 0.0;
+  }
+  double result() const { return result_of(numerator(), denominator()); }
+  void reset_state();
+  double numerator() const { return numerator_.sum(); }
+  double denominator() const { return numerator_.count() + device_denominator_.sum(); }
+  // Adds to the state from numbers (a resumed run's totals); set_state replaces it.
+  void add_to_state(double numerator, double denominator) { numerator_.add(numerator, denominator); }
+  void set_state(double numerator, double denominator);
+  std::size_t pending_terms() const { return numerator_.pending_terms() + device_denominator_.pending_terms(); }
   const std::string& name() const { return name_; }
 
  protected:
-  // value * scale joins the sum, `count` the count (value stays on its device until read).
-  void add_batch(const Tensor& value, double scale, double count) {
-    total_.add(value, scale, count);
-  }
+  // value * scale joins the numerator, `denominator` the denominator (value stays on its device).
+  void add_batch(const Tensor& value, double scale, double denominator) { numerator_.add(value, scale, denominator); }
+  // Both terms computed on the device (Precision's predicted positives).
+  void add_batch(const Tensor& numerator, const Tensor& denominator);
 
  private:
   std::string name_;
-  RunningTotal total_;
+  RunningTotal numerator_;           // its count holds the denominator's host terms
+  RunningTotal device_denominator_;  // the denominator's device terms
 };
 using MetricPtr = std::shared_ptr<Metric>;
+
+// The mean of the values given to update_state(values) (keras.metrics.Mean); values of rank
+// > 1 are averaged over their trailing axes first, so each sample counts once.
+class Mean : public Metric {
+ public:
+  explicit Mean(std::string name = "mean") : Metric(std::move(name)) {}
+  void update_state(const Tensor& values);
+  // As a compiled metric it has no (y_true, y_pred) meaning: it says so.
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+};
+
+// The sum of the values given to update_state(values).
+class Sum : public Metric {
+ public:
+  explicit Sum(std::string name = "sum") : Metric(std::move(name)) {}
+  void update_state(const Tensor& values);
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  double result_of(double numerator, double) const override { return numerator; }
+};
+
+// How often y_pred equals y_true exactly (keras.metrics.Accuracy).
+class Accuracy : public Metric {
+ public:
+  explicit Accuracy(std::string name = "accuracy") : Metric(std::move(name)) {}
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+};
+
+// How often (y_pred > threshold) equals the 0/1 label, over every element.
+class BinaryAccuracy : public Metric {
+ public:
+  explicit BinaryAccuracy(std::string name = "binary_accuracy", double threshold = 0.5)
+      : Metric(std::move(name)), threshold_(threshold) {}
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+
+ private:
+  double threshold_;
+};
 
 // Labels are class indices; a sample is right when argmax(y_pred) equals the label.
 class SparseCategoricalAccuracy : public Metric {
  public:
   explicit SparseCategoricalAccuracy(std::string name = "sparse_categorical_accuracy")
       : Metric(std::move(name)) {}
-  void update(const Tensor& y_true, const Tensor& y_pred) override;
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
 };
 
 // Labels are one-hot; right when argmax(y_pred) == argmax(y_true).
 class CategoricalAccuracy : public Metric {
  public:
-  explicit CategoricalAccuracy(std::string name = "categorical_accuracy")
-      : Metric(std::move(name)) {}
-  void update(const Tensor& y_true, const Tensor& y_pred) override;
+  explicit CategoricalAccuracy(std::string name = "categorical_accuracy") : Metric(std::move(name)) {}
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+};
+
+// Right when the label's score is among the k largest (fewer than k scores exceed it, as
+// Keras' in_top_k counts ties). Labels one-hot here, class indices in the sparse one.
+class TopKCategoricalAccuracy : public Metric {
+ public:
+  explicit TopKCategoricalAccuracy(std::int64_t k = 5, std::string name = "top_k_categorical_accuracy");
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+
+ private:
+  std::int64_t k_;
+};
+
+class SparseTopKCategoricalAccuracy : public Metric {
+ public:
+  explicit SparseTopKCategoricalAccuracy(std::int64_t k = 5, std::string name = "sparse_top_k_categorical_accuracy");
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+
+ private:
+  std::int64_t k_;
+};
+
+// true positives / predicted positives, a prediction positive when above `threshold`.
+class Precision : public Metric {
+ public:
+  explicit Precision(double threshold = 0.5, std::string name = "precision");
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+
+ private:
+  double threshold_;
+};
+
+// true positives / actual positives.
+class Recall : public Metric {
+ public:
+  explicit Recall(double threshold = 0.5, std::string name = "recall");
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+
+ private:
+  double threshold_;
 };
 
 class MeanSquaredError : public Metric {
  public:
   explicit MeanSquaredError(std::string name = "mean_squared_error") : Metric(std::move(name)) {}
-  void update(const Tensor& y_true, const Tensor& y_pred) override;
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
 };
 
 class MeanAbsoluteError : public Metric {
  public:
-  explicit MeanAbsoluteError(std::string name = "mean_absolute_error")
-      : Metric(std::move(name)) {}
-  void update(const Tensor& y_true, const Tensor& y_pred) override;
+  explicit MeanAbsoluteError(std::string name = "mean_absolute_error") : Metric(std::move(name)) {}
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
 };
 
-// By Keras name. "accuracy" (or "acc") means sparse or categorical accuracy depending on
-// whether the loss takes class indices, as Keras resolves it. Throws ValueError otherwise.
-MetricPtr get(const std::string& name, bool sparse_labels);
+// sqrt of the mean squared error over everything seen (not the mean of per-batch roots).
+class RootMeanSquaredError : public MeanSquaredError {
+ public:
+  explicit RootMeanSquaredError(std::string name = "root_mean_squared_error") : MeanSquaredError(std::move(name)) {}
+  double result_of(double numerator, double denominator) const override;
+};
+
+// What the labels of a loss are, which decides what "accuracy" means (as Keras resolves it).
+enum class LabelKind { categorical, sparse, binary };
+
+// By Keras name; "accuracy" (or "acc") is sparse, categorical or binary accuracy by the
+// loss's labels. Throws ValueError for an unknown name.
+MetricPtr get(const std::string& name, LabelKind labels);
 
 }  // namespace keras::metrics
+
+namespace keras {
+
+// A metric given to compile(): a Keras name ("accuracy") or a metric object (its own state,
+// reset at each epoch, as Keras resets compiled metrics).
+class MetricSpec {
+ public:
+  MetricSpec(const char* name) : name_(name) {}
+  MetricSpec(std::string name) : name_(std::move(name)) {}
+  MetricSpec(metrics::MetricPtr metric);
+  template <typename M>
+    requires std::derived_from<M, metrics::Metric>
+  MetricSpec(std::shared_ptr<M> metric) : MetricSpec(metrics::MetricPtr(std::move(metric))) {}
+  template <typename M>
+    requires std::derived_from<M, metrics::Metric>
+  MetricSpec(M metric) : MetricSpec(metrics::MetricPtr(std::make_shared<M>(std::move(metric)))) {}
+  const std::string& name() const { return name_; }
+  const metrics::MetricPtr& object() const { return object_; }
+
+ private:
+  std::string name_;
+  metrics::MetricPtr object_;
+};
+
+}  // namespace keras

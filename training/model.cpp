@@ -96,7 +96,7 @@ std::vector<std::string> Model::output_names() const {
 std::size_t Model::input_count() const { return graph_ ? graph_->inputs().size() : 1; }
 
 void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, LossSpec loss,
-                    const std::vector<std::string>& metrics) {
+                    const std::vector<MetricSpec>& metrics) {
   if (!loss.get()) throw ValueError("compile: loss is null");
   CompileOptions options;
   options.loss = {std::move(loss)};
@@ -112,12 +112,17 @@ void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, LossSpec l
 }
 
 void Model::compile(const std::string& optimizer, LossSpec loss,
-                    const std::vector<std::string>& metrics) {
+                    const std::vector<MetricSpec>& metrics) {
   compile(optimizers::get(optimizer), std::move(loss), metrics);
 }
 
 void Model::compile(const std::string& optimizer, const CompileOptions& options) {
   compile(optimizers::get(optimizer), options);
+}
+
+metrics::LabelKind label_kind(const losses::Loss& loss) {
+  if (loss.sparse_labels()) return metrics::LabelKind::sparse;
+  return loss.binary_labels() ? metrics::LabelKind::binary : metrics::LabelKind::categorical;
 }
 
 namespace {
@@ -164,18 +169,34 @@ void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, const Comp
   }
   std::vector<double> weights = per_output<double>("loss weights", options.loss_weights,
                                                    options.loss_weights_by_output, names, 1.0, false);
-  std::vector<std::vector<std::string>> metrics = per_output<std::vector<std::string>>(
+  std::vector<std::vector<MetricSpec>> metrics = per_output<std::vector<MetricSpec>>(
       "metric lists", options.metrics, options.metrics_by_output, names, {}, false);
   std::vector<std::string> log_names;
   const bool several = names.size() > 1;
   if (several) {
     for (const std::string& output : names) log_names.push_back(output + "_loss");
   }
+  std::vector<const metrics::Metric*> objects;
   for (std::size_t i = 0; i < names.size(); ++i) {
-    for (const std::string& metric : metrics[i]) {
-      metrics::get(metric, chosen[i]->sparse_labels());  // an unknown name fails here, not in fit
-      log_names.push_back(several ? names[i] + "_" + metric : metric);
+    for (const MetricSpec& metric : metrics[i]) {
+      if (const auto& object = metric.object()) {
+        // One object keeps one state: Keras copies a metric given to several outputs, we ask
+        // for one each.
+        if (std::find(objects.begin(), objects.end(), object.get()) != objects.end()) {
+          throw ValueError(str("compile: the metric object '", metric.name(), "' is given twice; give each output ",
+                               "(and each place) its own metric object"));
+        }
+        objects.push_back(object.get());
+      } else {
+        metrics::get(metric.name(), label_kind(*chosen[i]));  // an unknown name fails here, not in fit
+      }
+      log_names.push_back(several ? names[i] + "_" + metric.name() : metric.name());
     }
+  }
+  std::vector<std::string> unique(log_names);
+  std::sort(unique.begin(), unique.end());
+  if (auto twin = std::adjacent_find(unique.begin(), unique.end()); twin != unique.end()) {
+    throw ValueError(str("compile: two metrics would log as '", *twin, "'; give them different names"));
   }
   optimizer_ = std::move(optimizer);
   losses_ = std::move(chosen);

@@ -54,8 +54,8 @@ struct CompileOptions {
   std::map<std::string, LossSpec> loss_by_output = {};
   std::vector<double> loss_weights = {};
   std::map<std::string, double> loss_weights_by_output = {};
-  std::vector<std::vector<std::string>> metrics = {};
-  std::map<std::string, std::vector<std::string>> metrics_by_output = {};
+  std::vector<std::vector<MetricSpec>> metrics = {};
+  std::map<std::string, std::vector<MetricSpec>> metrics_by_output = {};
 };
 
 struct ValidationData {
@@ -128,13 +128,13 @@ class Model : public Layer {
 
   template <typename O>
     requires std::derived_from<O, optimizers::Optimizer>
-  void compile(O optimizer, LossSpec loss, const std::vector<std::string>& metrics = {}) {
+  void compile(O optimizer, LossSpec loss, const std::vector<MetricSpec>& metrics = {}) {
     compile(std::make_shared<O>(std::move(optimizer)), std::move(loss), metrics);
   }
   void compile(std::shared_ptr<optimizers::Optimizer> optimizer, LossSpec loss,
-               const std::vector<std::string>& metrics = {});
+               const std::vector<MetricSpec>& metrics = {});
   void compile(const std::string& optimizer, LossSpec loss,
-               const std::vector<std::string>& metrics = {});
+               const std::vector<MetricSpec>& metrics = {});
   // Several outputs: a loss, weight and metrics per output (CompileOptions).
   template <typename O>
     requires std::derived_from<O, optimizers::Optimizer>
@@ -199,7 +199,7 @@ class Model : public Layer {
   // One loss, weight and list of metric names per output.
   std::vector<losses::LossPtr> losses_;
   std::vector<double> loss_weights_;
-  std::vector<std::vector<std::string>> output_metrics_;
+  std::vector<std::vector<MetricSpec>> output_metrics_;
   // What the logs hold beyond "loss", in order: each output's loss (several outputs), then
   // each output's metrics.
   std::vector<std::string> metric_names_;
@@ -219,6 +219,9 @@ class Model : public Layer {
   // reductions; null before one), for users tuning the bucket size, as DDP's logging data is.
   const distribution::GradientReducer* gradient_reducer() const { return gradient_reducer_.get(); }
 };
+
+// What the labels of `loss` are, which decides what the metric "accuracy" means.
+metrics::LabelKind label_kind(const losses::Loss& loss);
 
 class Sequential : public Model {
  public:

@@ -76,14 +76,17 @@ std::vector<std::int64_t> permutation(std::int64_t count, bool shuffle, std::mt1
 
 // What an epoch (or an evaluation) logs, as running totals: the total loss, each output's
 // weighted loss (with several outputs, as Keras 3 logs "<output>_loss") and each output's
-// metrics; in the order of Model::metric_names() after "loss".
+// metrics; in the order of Model::metric_names() after "loss". A metric given as an object is
+// that object, reset here as Keras resets compiled metrics at each epoch.
 class EpochLogs {
  public:
-  EpochLogs(const std::vector<losses::LossPtr>& losses, const std::vector<std::vector<std::string>>& metric_names) {
+  EpochLogs(const std::vector<losses::LossPtr>& losses, const std::vector<std::vector<MetricSpec>>& specs) {
     if (losses.size() > 1) output_losses_.resize(losses.size());
-    for (std::size_t output = 0; output < metric_names.size(); ++output) {
-      for (const std::string& name : metric_names[output]) {
-        metrics_.emplace_back(output, metrics::get(name, losses[output]->sparse_labels()));
+    for (std::size_t output = 0; output < specs.size(); ++output) {
+      for (const MetricSpec& spec : specs[output]) {
+        metrics::MetricPtr metric = spec.object() ? spec.object() : metrics::get(spec.name(), label_kind(*losses[output]));
+        metric->reset_state();
+        metrics_.emplace_back(output, metric);
       }
     }
   }
@@ -92,11 +95,11 @@ class EpochLogs {
     if (count <= 0) return;
     loss_.add(step.loss, count, count);
     for (std::size_t i = 0; i < output_losses_.size(); ++i) output_losses_[i].add(step.output_losses[i], count, count);
-    for (const auto& [output, metric] : metrics_) metric->update(y[output], step.predictions[output]);
+    for (const auto& [output, metric] : metrics_) metric->update_state(y[output], step.predictions[output]);
   }
   std::size_t pending_terms() const { return loss_.pending_terms(); }
-  // This process's (sum, count) pairs. Reading them waits for the device and may raise its
-  // deferred errors.
+  // This process's (numerator, denominator) pairs: (sum, count) for the losses. Reading them
+  // waits for the device and may raise its deferred errors.
   std::vector<double> local_totals() const {
     std::vector<double> totals = {loss_.sum(), loss_.count()};
     for (const auto& total : output_losses_) {
@@ -104,8 +107,8 @@ class EpochLogs {
       totals.push_back(total.count());
     }
     for (const auto& entry : metrics_) {
-      totals.push_back(entry.second->sum());
-      totals.push_back(entry.second->count());
+      totals.push_back(entry.second->numerator());
+      totals.push_back(entry.second->denominator());
     }
     return totals;
   }
@@ -118,7 +121,29 @@ class EpochLogs {
       next += 2;
     }
     for (auto& entry : metrics_) {
-      entry.second->add(totals.at(next), totals.at(next + 1));
+      entry.second->add_to_state(totals.at(next), totals.at(next + 1));
+      next += 2;
+    }
+  }
+  // Each metric's value from global totals.
+  std::vector<double> results(const std::vector<double>& totals) const {
+    std::vector<double> values;
+    std::size_t next = 2;
+    for (std::size_t i = 0; i < output_losses_.size(); ++i, next += 2) {
+      values.push_back(totals[next + 1] > 0 ? totals[next] / totals[next + 1] : 0.0);
+    }
+    for (const auto& entry : metrics_) {
+      values.push_back(entry.second->result_of(totals[next], totals[next + 1]));
+      next += 2;
+    }
+    return values;
+  }
+  // At the end of an epoch or evaluation every process's metric objects hold the global state,
+  // so result() read by the user after fit() is the logged value on every process.
+  void hold_global_state(const std::vector<double>& totals) {
+    std::size_t next = 2 + 2 * output_losses_.size();
+    for (auto& entry : metrics_) {
+      entry.second->set_state(totals[next], totals[next + 1]);
       next += 2;
     }
   }
@@ -161,10 +186,8 @@ Logs global_logs(const BatchShard& context, const EpochLogs& epoch, const std::v
   if (totals_out != nullptr) *totals_out = totals;
   Logs logs;
   logs["loss"] = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
-  for (std::size_t m = 0; m < names.size(); ++m) {
-    double count = totals[3 + 2 * m];
-    logs[names[m]] = count > 0 ? totals[2 + 2 * m] / count : 0.0;
-  }
+  std::vector<double> values = epoch.results(totals);
+  for (std::size_t m = 0; m < names.size(); ++m) logs[names[m]] = values[m];
   return logs;
 }
 
@@ -492,6 +515,7 @@ History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions&
       logs = global_logs(context, epoch_logs, model_.metric_names_, &model_.position_.totals);
       logs_through = steps_done;
     }
+    if (!model_.position_.totals.empty()) epoch_logs.hold_global_state(model_.position_.totals);
     if (validation_data.defined()) {
       std::int64_t validation_batch =
           options.validation_batch_size > 0 ? options.validation_batch_size : batch_size;
@@ -532,6 +556,7 @@ std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const
   const bool bar_each_batch = ProgressBar::redraws_in_place(verbose);  // on this process
   ProgressBar bar(steps, verbose);
   std::map<std::string, double> results;
+  std::vector<double> global;  // the totals of the last read
   // As in fit(): the results are read after each batch only while a bar is drawn.
   for (std::int64_t step = 0; step < steps; ++step) {
     std::int64_t global_begin = step * batch_size;
@@ -549,10 +574,11 @@ std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const
     }
     bool read = context.any_process(
         bar_each_batch || totals.pending_terms() >= metrics::RunningTotal::kReadAfterTerms);
-    if (read || step + 1 == steps) results = global_logs(context, totals, model_.metric_names_);
+    if (read || step + 1 == steps) results = global_logs(context, totals, model_.metric_names_, &global);
     if (verbose == 1 && (read || step + 1 == steps)) bar.update(step + 1, results, step + 1 == steps);
   }
   if (verbose == 2) bar.update(steps, results, true);
+  if (!global.empty()) totals.hold_global_state(global);
   return results;
 }
 

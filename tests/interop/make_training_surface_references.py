@@ -1,5 +1,5 @@
 """Writes tests/reference/keras_training_surface.h: inputs and Keras 3's answers (on JAX) for
-the losses and learning-rate schedules tests/training_surface_test.cpp checks, so that the
+the losses, metrics and learning-rate schedules tests/training_surface_test.cpp checks, so that the
 test itself needs no Python. Run it in the Keras + JAX virtual environment
 (python3 benchmarks/compare_keras_jax.py creates it) after changing a case:
 
@@ -66,6 +66,39 @@ cases = {
 }
 for name, value in cases.items():
     number(name, np.asarray(value))
+
+# Metrics over two batches (rows 0-1, then rows 2-3 of the inputs above): their state spans
+# both, as in fit's epochs.
+M = keras.metrics
+labels = np.argmax(one_hot, axis=-1)
+exact_targets = np.round(regression_targets)
+exact_predictions = np.round(regression_predictions)
+metric_cases = {
+    "kAccuracyMetric": (M.Accuracy(), exact_targets, exact_predictions),
+    "kBinaryAccuracyMetric": (M.BinaryAccuracy(), binary_targets, sigmoid),
+    "kBinaryAccuracyThresholdMetric": (M.BinaryAccuracy(threshold=0.3), binary_targets, sigmoid),
+    "kCategoricalAccuracyMetric": (M.CategoricalAccuracy(), one_hot, probabilities),
+    "kSparseCategoricalAccuracyMetric": (M.SparseCategoricalAccuracy(), labels, probabilities),
+    "kTopKCategoricalAccuracyMetric": (M.TopKCategoricalAccuracy(k=2), one_hot, probabilities),
+    "kSparseTopKCategoricalAccuracyMetric": (M.SparseTopKCategoricalAccuracy(k=2), labels, probabilities),
+    "kPrecisionMetric": (M.Precision(), binary_targets, sigmoid),
+    "kRecallMetric": (M.Recall(), binary_targets, sigmoid),
+    "kRecallThresholdMetric": (M.Recall(thresholds=0.3), binary_targets, sigmoid),
+    "kMeanSquaredErrorMetric": (M.MeanSquaredError(), regression_targets, regression_predictions),
+    "kMeanAbsoluteErrorMetric": (M.MeanAbsoluteError(), regression_targets, regression_predictions),
+    "kRootMeanSquaredErrorMetric": (M.RootMeanSquaredError(), regression_targets, regression_predictions),
+}
+array("kExactTargets", exact_targets)
+array("kExactPredictions", exact_predictions)
+array("kLabels", labels)
+for name, (metric, y_true, y_pred) in metric_cases.items():
+    metric.update_state(y_true[:2], y_pred[:2])
+    metric.update_state(y_true[2:], y_pred[2:])
+    number(name, np.asarray(metric.result()))
+mean = M.Mean()
+mean.update_state(regression_targets[:2])
+mean.update_state(regression_targets[2:, :1])
+number("kMeanMetric", np.asarray(mean.result()))
 
 S = keras.optimizers.schedules
 steps = [0, 1, 2, 5, 9, 10, 11, 25, 99, 100, 101, 250]

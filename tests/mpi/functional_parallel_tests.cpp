@@ -125,5 +125,42 @@ TEST(FunctionalParallel, TwoInputsTwoOutputsUnderModelParallelMatchOneProcess) {
   expect_same_training(sharded, single, "ModelParallel");
 }
 
+// Metric objects under DataParallel: each process updates its own state from its rows; the
+// logs are the global value, and after fit every process's object holds the global state.
+struct MetricRun {
+  std::vector<double> logged_precision, logged_recall;
+  double precision_result = 0, recall_result = 0;
+};
+
+MetricRun train_with_metric_objects(bool data_parallel) {
+  clear_session();
+  set_random_seed(8);
+  if (data_parallel) kd::set_distribution(std::make_shared<kd::DataParallel>());
+  Sequential model({layers::Dense(6, "relu"), layers::Dense(2, "sigmoid")});
+  auto precision = std::make_shared<metrics::Precision>();
+  auto recall = std::make_shared<metrics::Recall>(0.4);
+  model.compile(optimizers::Adam(0.02), losses::BinaryCrossentropy(), {precision, recall});
+  Tensor x = ops::random({RandomDistribution::normal, 0, 1, 31}, {40, 3});
+  Tensor y = ops::cast(ops::greater(ops::slice(x, {0, 0}, {40, 2}), ops::scalar_like(x, 0.0)), float32);
+  FitOptions fit;
+  fit.epochs = 2;
+  fit.batch_size = 8;
+  fit.verbose = 0;
+  History history = model.fit(x, y, fit);
+  MetricRun run{history.history["precision"], history.history["recall"], precision->result(), recall->result()};
+  kd::set_distribution(nullptr);
+  return run;
+}
+
+TEST(FunctionalParallel, MetricObjectsHoldTheGlobalStateOnEveryProcess) {
+  ASSERT_GT(kd::num_processes(), 1);
+  MetricRun single = train_with_metric_objects(false);
+  MetricRun parallel = train_with_metric_objects(true);
+  keras::testing::expect_close(parallel.logged_precision, single.logged_precision, 1e-9, "precision logs");
+  keras::testing::expect_close(parallel.logged_recall, single.logged_recall, 1e-9, "recall logs");
+  EXPECT_NEAR(parallel.precision_result, single.precision_result, 1e-9) << "process " << kd::process_id();
+  EXPECT_NEAR(parallel.recall_result, single.recall_result, 1e-9) << "process " << kd::process_id();
+}
+
 }  // namespace
 }  // namespace keras
