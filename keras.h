@@ -18,6 +18,7 @@
 #include "layers/input_layer.h"
 #include "layers/keras_tensor.h"
 #include "layers/merging.h"
+#include "layers/reshaping.h"
 #include "training/backup_and_restore.h"
 #include "training/callbacks.h"
 #include "training/csv_logger.h"

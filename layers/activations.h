@@ -9,7 +9,8 @@ namespace keras::activations {
 
 using ActivationFn = std::function<Tensor(const Tensor&)>;
 
-// relu, gelu, tanh, sigmoid, softmax, log_softmax, linear (and "" for none).
+// relu, gelu, tanh, sigmoid, softmax, log_softmax, silu (swish), leaky_relu, elu, selu,
+// softplus, linear (and "" for none), with Keras 3's constants.
 // Throws ValueError naming the accepted names for anything else.
 ActivationFn get(const std::string& name);
 // Whether the activation acts on each element alone (all but softmax and log_softmax, which

@@ -316,5 +316,29 @@ TEST_F(FunctionalTest, SeveralOutputsRefuseWhatDoesNotFit) {
                            "x[0] has 24 samples but x[1] has 20");
 }
 
+TEST_F(FunctionalTest, ReshapingLayersMoveValuesAsKeras) {
+  Tensor x = testing::random_tensor({2, 3, 4}, 31, float32);
+  Tensor permuted = layers::Permute({2, 1})(x);
+  EXPECT_EQ(permuted.shape(), (Shape{2, 4, 3}));
+  expect_close(values(permuted), values(ops::transpose(x, {0, 2, 1})), 0.0, "Permute");
+  Tensor vectors = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2});
+  Tensor repeated = layers::RepeatVector(3)(vectors);
+  EXPECT_EQ(repeated.shape(), (Shape{2, 3, 2}));
+  expect_close(values(repeated), {1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4}, 0.0, "RepeatVector");
+  expect_close(values(layers::Identity()(vectors)), values(vectors), 0.0, "Identity");
+  layers::Lambda square([](const Tensor& t) { return t * t; });
+  expect_close(values(square(vectors)), {1, 4, 9, 16}, 0.0, "Lambda");
+  // In a graph, with their shapes known at once.
+  KerasTensor inputs = Input({3, 4});
+  KerasTensor swapped = layers::Permute({2, 1})(inputs);
+  EXPECT_EQ(swapped.shape(), (Shape{-1, 4, 3}));
+  KerasTensor pooled = layers::Lambda([](const Tensor& t) { return ops::mean(t, {1}); })(swapped);
+  EXPECT_EQ(pooled.shape(), (Shape{-1, 3}));
+  EXPECT_EQ(layers::RepeatVector(5)(pooled).shape(), (Shape{-1, 5, 3}));
+  expect_throw_with<Error>([] { layers::Permute({1, 3}); }, "must be a permutation of 1..2");
+  expect_throw_with<Error>([&] { layers::RepeatVector(2)(x); }, "takes (batch, features)");
+  expect_throw_with<Error>([&] { layers::Permute({2, 1})(vectors); }, "permutes 2 axes after the batch");
+}
+
 }  // namespace
 }  // namespace keras

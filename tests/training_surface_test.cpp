@@ -265,5 +265,25 @@ TEST(KerasMetrics, ObjectsAndUserMetricsInCompileLogUnderTheirNames) {
   expect_throw_with<ValueError>([&] { model.compile("adam", "mse", {"mae", "mae"}); }, "would log as 'mae'");
 }
 
+TEST(KerasActivations, MatchKerasByName) {
+  using namespace keras::reference;
+  Tensor x = tensor(kLogits, {4, 3});
+  struct Case {
+    const char* name;
+    const std::vector<double>& keras_values;
+  };
+  for (const Case& test : std::vector<Case>{{"silu", kSiluActivation}, {"swish", kSiluActivation},
+                                            {"leaky_relu", kLeakyReluActivation}, {"elu", kEluActivation},
+                                            {"selu", kSeluActivation}, {"softplus", kSoftplusActivation}}) {
+    testing::expect_close(activations::get(test.name)(x).to_vector<double>(), test.keras_values, 1e-6, test.name);
+    EXPECT_TRUE(activations::is_elementwise(test.name)) << test.name;
+  }
+  // Usable as strings in Dense, as in Keras.
+  layers::Dense dense(3, "selu");
+  EXPECT_EQ(dense(x).shape(), (Shape{4, 3}));
+  // softplus stays finite where log(1 + e^x) would overflow.
+  EXPECT_NEAR(activations::get("softplus")(Tensor::from_vector<float>({100}, {1})).item(), 100.0, 1e-4);
+}
+
 }  // namespace
 }  // namespace keras

@@ -100,6 +100,12 @@ mean.update_state(regression_targets[:2])
 mean.update_state(regression_targets[2:, :1])
 number("kMeanMetric", np.asarray(mean.result()))
 
+# Activations, by name, on the logits.
+A = keras.activations
+for name, function in {"kSiluActivation": A.silu, "kLeakyReluActivation": A.leaky_relu, "kEluActivation": A.elu,
+                       "kSeluActivation": A.selu, "kSoftplusActivation": A.softplus}.items():
+    array(name, np.asarray(function(logits)))
+
 S = keras.optimizers.schedules
 steps = [0, 1, 2, 5, 9, 10, 11, 25, 99, 100, 101, 250]
 array("kScheduleSteps", steps)
