@@ -95,13 +95,15 @@ std::vector<std::string> Model::output_names() const {
 
 std::size_t Model::input_count() const { return graph_ ? graph_->inputs().size() : 1; }
 
+std::size_t Model::output_count() const { return graph_ ? graph_->outputs().size() : 1; }
+
 void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, LossSpec loss,
                     const std::vector<MetricSpec>& metrics) {
   if (!loss.get()) throw ValueError("compile: loss is null");
   CompileOptions options;
   options.loss = {std::move(loss)};
   if (!metrics.empty()) {
-    std::size_t outputs = output_names().size();
+    std::size_t outputs = output_count();
     if (outputs > 1) {
       throw ValueError(str("compile: model '", name(), "' has ", outputs, " outputs; give its metrics per output, ",
                            "as Keras does: compile(optimizer, {.loss = ..., .metrics = {{...}, {...}}})"));

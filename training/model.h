@@ -125,6 +125,7 @@ class Model : public Layer {
   // that is not functional has the one output "output_0".
   std::vector<std::string> output_names() const;
   std::size_t input_count() const;
+  std::size_t output_count() const;
 
   template <typename O>
     requires std::derived_from<O, optimizers::Optimizer>

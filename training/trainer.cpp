@@ -251,7 +251,7 @@ void Trainer::check_data(const TensorList& x, const TensorList& y, const char* w
 }
 
 TensorList Trainer::forward(const TensorList& x, bool training) {
-  if (x.size() == 1 && model_.output_names().size() == 1) return {model_(x[0], training)};
+  if (x.size() == 1 && model_.output_count() == 1) return {model_(x[0], training)};
   return model_(x, training);
 }
 

@@ -106,14 +106,19 @@ std::shared_ptr<Communicator> join_job_by_rendezvous(const std::vector<std::stri
     store->set("join/error", text(message));
     throw ValueError(message);
   }
-  store->set(str("join/num_processes/", process_id), text(std::to_string(processes)));
   // The address list this process was given, when it was given one (not the coordinator's
   // address alone): every process must hold the same, or some would listen where no peer looks.
+  // It is published before join/num_processes, the key that says this process arrived: a peer
+  // that sees the arrival then sees the list too. (In the other order process 0 could take a
+  // process whose list differed as arrived, publish join/complete and wait in the Gloo mesh for
+  // a process that had refused the job: rendezvous_addresses_differ hung 1 run in 15 under
+  // the sanitizers.)
   std::string listing;
   if (addresses.size() > 1) {
     for (const std::string& address : addresses) listing += str(listing.empty() ? "" : ",", address);
     store->set(str("join/addresses/", process_id), text(listing));
   }
+  store->set(str("join/num_processes/", process_id), text(std::to_string(processes)));
   // A job error found by this process: published so the others stop waiting, then (on the
   // coordinator, whose store ends with it) a pause long enough for them to read it.
   auto refuse = [&](const std::string& message) {
