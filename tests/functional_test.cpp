@@ -304,6 +304,11 @@ TEST_F(FunctionalTest, SeveralOutputsRefuseWhatDoesNotFit) {
   CompileOptions three;
   three.loss = {"mse", "mse", "mse"};
   expect_throw_with<Error>([&] { heads.model->compile("adam", three); }, "3 losses for a model of 2 output(s)");
+  CompileOptions not_a_number;
+  not_a_number.loss = {"mse"};
+  not_a_number.loss_weights = {1.0, std::nan("")};
+  expect_throw_with<Error>([&] { heads.model->compile("adam", not_a_number); },
+                           "the loss weight of output 'label' must be a finite number");
   heads.model->compile("adam", "mse");  // one loss applies to every output
   FitOptions fit;
   fit.verbose = 0;

@@ -222,8 +222,8 @@ TEST(KerasMetrics, MatchKerasOverTwoBatches) {
                                 "call update_state(values)");
 }
 
-// A metric of the user's own (Keras' Metric subclass): the largest absolute error seen... as a
-// ratio: the count of predictions within 0.5 of the target.
+// A metric of the user's own (Keras' Metric subclass): the share of predictions within 0.5 of
+// their target.
 class WithinHalf : public metrics::Metric {
  public:
   WithinHalf() : Metric("within_half") {}
@@ -263,6 +263,7 @@ TEST(KerasMetrics, ObjectsAndUserMetricsInCompileLogUnderTheirNames) {
   EXPECT_NEAR(results["accuracy"], ops::mean(ops::cast(ops::equal(predicted, y), float64)).item(), 1e-12);
   expect_throw_with<ValueError>([&] { model.compile("adam", "mse", {precision, precision}); }, "is given twice");
   expect_throw_with<ValueError>([&] { model.compile("adam", "mse", {"mae", "mae"}); }, "would log as 'mae'");
+  expect_throw_with<ValueError>([] { metrics::BinaryAccuracy("binary_accuracy", 1.5); }, "threshold must be in [0, 1]");
 }
 
 TEST(KerasActivations, MatchKerasByName) {

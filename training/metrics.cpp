@@ -154,6 +154,12 @@ void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
   add_batch(count_of(ops::equal(as_float64(y_true), as_float64(y_pred))), 1.0, double(y_pred.size()));
 }
 
+BinaryAccuracy::BinaryAccuracy(std::string name, double threshold) : Metric(std::move(name)), threshold_(threshold) {
+  if (!(threshold >= 0 && threshold <= 1)) {
+    throw ValueError(str("binary_accuracy: threshold must be in [0, 1], got ", threshold));
+  }
+}
+
 void BinaryAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
   NoGradGuard no_grad;
   auto [predicted, actual] = positives("binary_accuracy", y_true, y_pred, threshold_);

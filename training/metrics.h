@@ -113,8 +113,7 @@ class Accuracy : public Metric {
 // How often (y_pred > threshold) equals the 0/1 label, over every element.
 class BinaryAccuracy : public Metric {
  public:
-  explicit BinaryAccuracy(std::string name = "binary_accuracy", double threshold = 0.5)
-      : Metric(std::move(name)), threshold_(threshold) {}
+  explicit BinaryAccuracy(std::string name = "binary_accuracy", double threshold = 0.5);
   void update_state(const Tensor& y_true, const Tensor& y_pred) override;
 
  private:

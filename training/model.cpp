@@ -3,6 +3,7 @@
 #include "training/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "distribution/runtime/gradient_reducer.h"
@@ -171,6 +172,11 @@ void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, const Comp
   }
   std::vector<double> weights = per_output<double>("loss weights", options.loss_weights,
                                                    options.loss_weights_by_output, names, 1.0, false);
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    if (!std::isfinite(weights[i])) {
+      throw ValueError(str("compile: the loss weight of output '", names[i], "' must be a finite number, got ", weights[i]));
+    }
+  }
   std::vector<std::vector<MetricSpec>> metrics = per_output<std::vector<MetricSpec>>(
       "metric lists", options.metrics, options.metrics_by_output, names, {}, false);
   std::vector<std::string> log_names;
