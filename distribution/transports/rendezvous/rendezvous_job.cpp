@@ -213,7 +213,13 @@ namespace {
 
 // Leaving a job started by hand: every process says so in the store and waits for the others,
 // so process 0 keeps the store up until the last one is done with it.
-void leave_store(int processes) {
+// Waits at the store until every process has left the world (or the init timeout passes).
+// Sockets close only after this: a process that closed its Gloo pairs as soon as its own
+// leave() returned could do so while its peer still read the leaving signature, and a socket
+// closed with unread bytes in it (the peer's next receive notice) is reset by the kernel, which
+// discards what the peer had not read. rendezvous_stranger_stray_byte_open failed so once in
+// CI: process 1 saw "connection closed by peer" inside finalize, process 0 waited here 30 s.
+void wait_until_every_process_left(int processes) {
   if (!rendezvous_store) return;
   job_monitor.reset();  // the store may close once everyone has left
   try {
@@ -225,8 +231,6 @@ void leave_store(int processes) {
   } catch (const Error&) {
     // The coordinator is gone: nobody is left to wait for.
   }
-  rendezvous_store.reset();
-  coordinator.reset();
 }
 
 }  // namespace
@@ -260,9 +264,10 @@ void leave_job_by_rendezvous(std::shared_ptr<Communicator>& world) {
     std::_Exit(EXIT_FAILURE);
   }
   clear_mesh_axis_groups();
-  int processes = world ? world->size() : 1;
+  wait_until_every_process_left(world ? world->size() : 1);
   world.reset();
-  leave_store(processes);
+  rendezvous_store.reset();
+  coordinator.reset();
 }
 
 }  // namespace keras::distribution
