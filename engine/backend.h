@@ -38,6 +38,21 @@ struct AdamUpdate {
   std::int64_t step = 1;      // 1-based, for bias correction
 };
 
+struct RmspropUpdate {
+  double learning_rate = 0.001;
+  double rho = 0.9;
+  double momentum = 0.0;   // > 0: the momentum slot is used
+  double epsilon = 1e-7;
+  bool centered = false;   // the average-gradient slot is used
+  double weight_decay = 0.0;
+};
+
+struct AdagradUpdate {
+  double learning_rate = 0.001;
+  double epsilon = 1e-7;
+  double weight_decay = 0.0;
+};
+
 // One virtual per kernel of engine/kernel_list.h (its contracts are there).
 class Backend {
  public:

@@ -27,7 +27,8 @@
 //   softmax         softmax (log=false) or log_softmax (log=true) along axis
 //   softmax_gradient  their gradient from the output y
 //   random          the block at `starts` of the `full_shape` random tensor of `spec`
-//   sgd_update / adam_update  in-place optimizer steps (velocity / moments updated too)
+//   sgd_update / adam_update / rmsprop_update / adagrad_update  in-place optimizer steps
+//                   (their slots updated too; a slot the settings do not use is undefined)
 //   convolution     out (batch, out_h, out_w, filters) = input (batch, h, w, channels)
 //                   convolved with kernel (window_h, window_w, channels / groups, filters)
 //   convolution_input_gradient / convolution_kernel_gradient  its gradients (each overwritten)
@@ -74,6 +75,13 @@
     (const AdamUpdate& settings, Tensor& variable, const Tensor& gradient,                      \
      Tensor& first_moment, Tensor& second_moment),                                              \
     (settings, variable, gradient, first_moment, second_moment))                                \
+  X(rmsprop_update,                                                                             \
+    (const RmspropUpdate& settings, Tensor& variable, const Tensor& gradient, Tensor& velocity,  \
+     Tensor& momentum, Tensor& average_gradient),                                               \
+    (settings, variable, gradient, velocity, momentum, average_gradient))                       \
+  X(adagrad_update,                                                                             \
+    (const AdagradUpdate& settings, Tensor& variable, const Tensor& gradient, Tensor& accumulator), \
+    (settings, variable, gradient, accumulator))                                                \
   X(convolution,                                                                                \
     (const Tensor& input, const Tensor& kernel, const WindowGeometry& geometry, Tensor& out),    \
     (input, kernel, geometry, out))                                                             \

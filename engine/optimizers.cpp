@@ -2,10 +2,12 @@
 // backends' fused update kernels.
 #include "engine/optimizers.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/backend.h"
 #include "engine/errors.h"
+#include "engine/ops.h"
 
 namespace keras::optimizers {
 namespace {
@@ -50,21 +52,98 @@ void Optimizer::apply(const std::vector<Tensor>& variables, const std::vector<Te
     throw ValueError(str(name_, ": the learning rate schedule gave ", step_learning_rate_, " at step ", iterations_,
                          "; a rate must be a finite number >= 0"));
   }
-  iterations_ += 1;
-  NoGradGuard no_grad;
   for (std::size_t i = 0; i < variables.size(); ++i) {
     if (!gradients[i].defined()) continue;
-    Tensor variable = variables[i];
-    if (gradients[i].shape() != variable.shape() || gradients[i].dtype() != variable.dtype()) {
+    if (gradients[i].shape() != variables[i].shape() || gradients[i].dtype() != variables[i].dtype()) {
       throw ShapeError(str(name_, ": gradient of shape ", shape_to_string(gradients[i].shape()),
                            " (", dtype_name(gradients[i].dtype()), ") for variable '",
-                           variable.name(), "' of shape ", shape_to_string(variable.shape()),
-                           " (", dtype_name(variable.dtype()), ")"));
+                           variables[i].name(), "' of shape ", shape_to_string(variables[i].shape()),
+                           " (", dtype_name(variables[i].dtype()), ")"));
     }
-    update(variable, gradients[i].device() == variable.device()
-                         ? gradients[i]
-                         : gradients[i].to(variable.device()));
   }
+  iterations_ += 1;
+  NoGradGuard no_grad;
+  std::vector<Tensor> clipped = clip_gradients(variables, gradients);
+  for (std::size_t i = 0; i < variables.size(); ++i) {
+    if (!clipped[i].defined()) continue;
+    Tensor variable = variables[i];
+    update(variable, clipped[i].device() == variable.device() ? clipped[i] : clipped[i].to(variable.device()));
+  }
+}
+
+std::vector<Tensor> Optimizer::clip_gradients(const std::vector<Tensor>& variables,
+                                              const std::vector<Tensor>& gradients) const {
+  if (!clips()) return gradients;
+  std::vector<Tensor> clipped = gradients;
+  if (clipvalue_ > 0) {
+    for (Tensor& gradient : clipped) {
+      if (!gradient.defined()) continue;
+      Tensor low = Tensor::full({}, -clipvalue_, gradient.dtype(), gradient.device());
+      Tensor high = Tensor::full({}, clipvalue_, gradient.dtype(), gradient.device());
+      gradient = ops::minimum(ops::maximum(gradient, low), high);
+    }
+    return clipped;
+  }
+  // The squared norms, one per variable (of its local block), in the gradients' dtype as
+  // Keras sums them, then added over the processes that hold other blocks.
+  std::vector<Tensor> present_variables;
+  std::vector<double> squared_norms;
+  for (std::size_t i = 0; i < gradients.size(); ++i) {
+    if (!gradients[i].defined()) continue;
+    present_variables.push_back(variables[i]);
+    squared_norms.push_back(ops::sum(ops::square(gradients[i])).item());
+  }
+  if (squared_norm_sum_) squared_norm_sum_(present_variables, squared_norms);
+  auto scale_by = [](Tensor& gradient, double scale) {
+    if (scale != 1.0) gradient = gradient * Tensor::full({}, scale, gradient.dtype(), gradient.device());
+  };
+  if (global_clipnorm_ > 0) {
+    double total = 0.0;
+    for (double value : squared_norms) total += value;
+    const double norm = std::sqrt(total);
+    // Keras' clip_by_global_norm: clip * min(1/norm, 1/clip), NaN where the norm is not finite.
+    const double scale = global_clipnorm_ * std::min(1.0 / norm, 1.0 / global_clipnorm_) + (norm - norm);
+    for (Tensor& gradient : clipped) {
+      if (gradient.defined()) scale_by(gradient, scale);
+    }
+    return clipped;
+  }
+  std::size_t next = 0;
+  for (Tensor& gradient : clipped) {
+    if (!gradient.defined()) continue;
+    // Keras' _clip_by_norm: values * clip / max(norm, clip); a zero gradient stays zero.
+    const double norm = std::sqrt(squared_norms[next++]);
+    scale_by(gradient, clipnorm_ / std::max(norm, clipnorm_));
+  }
+  return clipped;
+}
+
+Optimizer& Optimizer::set_clipnorm(double value) {
+  set_clipping(value, "clipnorm", clipnorm_);
+  return *this;
+}
+
+Optimizer& Optimizer::set_global_clipnorm(double value) {
+  set_clipping(value, "global_clipnorm", global_clipnorm_);
+  return *this;
+}
+
+Optimizer& Optimizer::set_clipvalue(double value) {
+  set_clipping(value, "clipvalue", clipvalue_);
+  return *this;
+}
+
+void Optimizer::set_clipping(double value, const char* what, double& field) {
+  if (!std::isfinite(value) || value < 0) {
+    throw ValueError(str(name_, ": ", what, " must be a finite number > 0 (or 0 for none), got ", value));
+  }
+  const double others = clipnorm_ + global_clipnorm_ + clipvalue_ - field;
+  if (value > 0 && others > 0) {
+    throw ValueError(str(name_, ": only one of clipnorm, clipvalue and global_clipnorm can be set; got ", what, "=",
+                         value, " with clipnorm=", clipnorm_, ", clipvalue=", clipvalue_, ", global_clipnorm=",
+                         global_clipnorm_));
+  }
+  field = value;
 }
 
 void Optimizer::apply_to_block(const Tensor& variable, std::int64_t offset, const Tensor& gradient_block) {
@@ -74,6 +153,11 @@ void Optimizer::apply_to_block(const Tensor& variable, std::int64_t offset, cons
                          dtype_name(gradient_block.dtype()), ") at offset ", offset, " for variable '",
                          variable.name(), "' of ", variable.size(), " elements (",
                          dtype_name(variable.dtype()), "); expected a flat block inside it"));
+  }
+  if (clips()) {
+    // A block's norm is not its variable's: the trainer updates whole variables under clipping.
+    throw ValueError(str(name_, ": apply_to_block cannot clip gradients (clipnorm, clipvalue or global_clipnorm is ",
+                         "set); update whole variables with apply()"));
   }
   NoGradGuard no_grad;
   Tensor view = Tensor::view_of(variable, offset, {gradient_block.size()});
@@ -121,17 +205,19 @@ void Optimizer::set_iterations(std::int64_t value) {
   iterations_ = value;
 }
 
-Tensor& Optimizer::slot(const Tensor& variable, int index) {
+Tensor& Optimizer::slot(const Tensor& variable, int index, double initial_value) {
   if (block_.view != nullptr && variable.impl() == block_.view) {
     while (static_cast<int>(block_.slot_views.size()) <= index) {
-      Tensor whole = slot(block_.variable, static_cast<int>(block_.slot_views.size()));
+      Tensor whole = slot(block_.variable, static_cast<int>(block_.slot_views.size()), initial_value);
       block_.slot_views.push_back(Tensor::view_of(whole, block_.offset, variable.shape()));
     }
     return block_.slot_views[static_cast<std::size_t>(index)];
   }
   std::vector<Tensor>& slots = slots_[variable.impl()];
   while (static_cast<int>(slots.size()) <= index) {
-    slots.push_back(Tensor::zeros(variable.shape(), variable.dtype(), variable.device()));
+    slots.push_back(initial_value == 0.0
+                        ? Tensor::zeros(variable.shape(), variable.dtype(), variable.device())
+                        : Tensor::full(variable.shape(), initial_value, variable.dtype(), variable.device()));
   }
   return slots[index];
 }
@@ -176,11 +262,52 @@ AdamW::AdamW(LearningRate learning_rate, double weight_decay, double beta_1, dou
              double epsilon)
     : Adam(std::move(learning_rate), beta_1, beta_2, epsilon, weight_decay, "AdamW") {}
 
+RMSprop::RMSprop(LearningRate learning_rate, double rho, double momentum, double epsilon, bool centered,
+                 double weight_decay)
+    : Optimizer(std::move(learning_rate), weight_decay, "RMSprop"), rho_(rho), momentum_(momentum),
+      epsilon_(epsilon), centered_(centered) {
+  check_range(rho, 0.0, 1.0, "RMSprop rho", false);
+  check_range(momentum, 0.0, 1.0, "RMSprop momentum", false);
+  if (!(epsilon > 0) || !std::isfinite(epsilon)) {
+    throw ValueError(str("RMSprop epsilon must be a finite number > 0, got ", epsilon));
+  }
+}
+
+void RMSprop::update(Tensor& variable, const Tensor& gradient) {
+  // Slots: 0 velocity, 1 momentum, 2 average gradient; handles, as creating one may move the rest.
+  Tensor average = centered_ ? slot(variable, 2) : Tensor();
+  Tensor momentum = momentum_ > 0 ? slot(variable, 1) : Tensor();
+  Tensor velocity = slot(variable, 0);
+  backend_for(variable.device())
+      .rmsprop_update({step_learning_rate(), rho_, momentum_, epsilon_, centered_, weight_decay_}, variable, gradient,
+                      velocity, momentum, average);
+}
+
+Adagrad::Adagrad(LearningRate learning_rate, double initial_accumulator_value, double epsilon, double weight_decay)
+    : Optimizer(std::move(learning_rate), weight_decay, "Adagrad"),
+      initial_accumulator_value_(initial_accumulator_value), epsilon_(epsilon) {
+  if (!std::isfinite(initial_accumulator_value) || initial_accumulator_value < 0) {
+    throw ValueError(str("Adagrad initial_accumulator_value must be a finite number >= 0, got ",
+                         initial_accumulator_value));
+  }
+  if (!(epsilon > 0) || !std::isfinite(epsilon)) {
+    throw ValueError(str("Adagrad epsilon must be a finite number > 0, got ", epsilon));
+  }
+}
+
+void Adagrad::update(Tensor& variable, const Tensor& gradient) {
+  Tensor accumulator = slot(variable, 0, initial_accumulator_value_);
+  backend_for(variable.device())
+      .adagrad_update({step_learning_rate(), epsilon_, weight_decay_}, variable, gradient, accumulator);
+}
+
 std::shared_ptr<Optimizer> get(const std::string& name) {
   if (name == "sgd" || name == "SGD") return std::make_shared<SGD>();
   if (name == "adam" || name == "Adam") return std::make_shared<Adam>();
   if (name == "adamw" || name == "AdamW") return std::make_shared<AdamW>();
-  throw ValueError(str("unknown optimizer '", name, "'; expected one of sgd, adam, adamw"));
+  if (name == "rmsprop" || name == "RMSprop") return std::make_shared<RMSprop>();
+  if (name == "adagrad" || name == "Adagrad") return std::make_shared<Adagrad>();
+  throw ValueError(str("unknown optimizer '", name, "'; expected one of sgd, adam, adamw, rmsprop, adagrad"));
 }
 
 }  // namespace keras::optimizers

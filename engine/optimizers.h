@@ -1,8 +1,10 @@
 // Optimizers with Keras' names, defaults and update rules (SGD with momentum and Nesterov,
-// Adam, AdamW). Each step runs one fused in-place kernel per variable (engine/backend.h).
+// Adam, AdamW, RMSprop, Adagrad), and Keras' gradient clipping (clipnorm, clipvalue,
+// global_clipnorm). Each step runs one fused in-place kernel per variable (engine/backend.h).
 #pragma once
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -61,15 +63,43 @@ class Optimizer {
   void set_slots(const Tensor& variable, const std::vector<Tensor>& slots);
   void set_iterations(std::int64_t value);
 
+  // Keras' gradient clipping, applied by apply() before the weight decay and the update; at
+  // most one of the three may be set (Keras refuses two), each a finite number > 0, or 0 for
+  // none. clipnorm scales each gradient to an L2 norm of at most `value`; global_clipnorm
+  // scales all of them by one factor so that their joint norm is at most `value`; clipvalue
+  // clips each element to [-value, value].
+  Optimizer& set_clipnorm(double value);
+  Optimizer& set_global_clipnorm(double value);
+  Optimizer& set_clipvalue(double value);
+  double clipnorm() const { return clipnorm_; }
+  double global_clipnorm() const { return global_clipnorm_; }
+  double clipvalue() const { return clipvalue_; }
+  bool clips_by_norm() const { return clipnorm_ > 0 || global_clipnorm_ > 0; }
+  bool clips() const { return clips_by_norm() || clipvalue_ > 0; }
+
+  // How the squared L2 norms of this process's gradients (one per variable, of its local
+  // block) become the whole variables' norms, for clipnorm and global_clipnorm. Without one
+  // the local norms are the whole ones (one process). Under a distribution the trainer sets
+  // one that adds the blocks over the processes, counting each block once, in one all-reduce
+  // (distribution/runtime/gradient_norms.h).
+  using SquaredNormSum = std::function<void(const std::vector<Tensor>& variables, std::vector<double>& squared_norms)>;
+  void set_squared_norm_sum(SquaredNormSum sum) { squared_norm_sum_ = std::move(sum); }
+
  protected:
   virtual void update(Tensor& variable, const Tensor& gradient) = 0;
   // The rate of the update being made (the schedule's at the step being taken).
   double step_learning_rate() const { return step_learning_rate_; }
-  // Per-variable state (momentum, moments), created zero-filled on first use.
-  Tensor& slot(const Tensor& variable, int index);
+  // Per-variable state (momentum, moments), created filled with `initial_value` (zero unless
+  // the optimizer starts it elsewhere: Adagrad's accumulator) on first use.
+  Tensor& slot(const Tensor& variable, int index, double initial_value = 0.0);
   double weight_decay_;
 
  private:
+  // The gradients apply() updates with: clipped as set (the same tensors when nothing is).
+  std::vector<Tensor> clip_gradients(const std::vector<Tensor>& variables, const std::vector<Tensor>& gradients) const;
+  void set_clipping(double value, const char* what, double& field);
+  double clipnorm_ = 0.0, global_clipnorm_ = 0.0, clipvalue_ = 0.0;
+  SquaredNormSum squared_norm_sum_;
   double learning_rate_;
   schedules::SchedulePtr schedule_;
   double step_learning_rate_ = 0.0;
@@ -121,7 +151,33 @@ class AdamW : public Adam {
                  double beta_2 = 0.999, double epsilon = 1e-7);
 };
 
-// By Keras name with default settings: sgd, adam, adamw. Throws ValueError otherwise.
+class RMSprop : public Optimizer {
+ public:
+  explicit RMSprop(LearningRate learning_rate = 0.001, double rho = 0.9, double momentum = 0.0,
+                   double epsilon = 1e-7, bool centered = false, double weight_decay = 0.0);
+
+ protected:
+  void update(Tensor& variable, const Tensor& gradient) override;
+
+ private:
+  double rho_, momentum_, epsilon_;
+  bool centered_;
+};
+
+class Adagrad : public Optimizer {
+ public:
+  explicit Adagrad(LearningRate learning_rate = 0.001, double initial_accumulator_value = 0.1,
+                   double epsilon = 1e-7, double weight_decay = 0.0);
+
+ protected:
+  void update(Tensor& variable, const Tensor& gradient) override;
+
+ private:
+  double initial_accumulator_value_, epsilon_;
+};
+
+// By Keras name with default settings: sgd, adam, adamw, rmsprop, adagrad. Throws ValueError
+// otherwise.
 std::shared_ptr<Optimizer> get(const std::string& name);
 
 }  // namespace keras::optimizers

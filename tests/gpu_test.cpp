@@ -90,8 +90,23 @@ TEST(GpuKernelsOnHost, OptimizerUpdatesFollowTheCpuFormulas) {
   auto nesterov = [](int, Tensor& w, Tensor& g, Tensor& m, Tensor&) {
     backend_for(w.device()).sgd_update({0.1, 0.9, true, 0.01}, w, g, m);
   };
+  // RMSprop's slots: velocity in v, and momentum (or, centered, the average gradient) in m.
+  auto rmsprop_momentum = [](int, Tensor& w, Tensor& g, Tensor& m, Tensor& v) {
+    Tensor none;
+    backend_for(w.device()).rmsprop_update({0.01, 0.9, 0.5, 1e-7, false, 0.01}, w, g, v, m, none);
+  };
+  auto rmsprop_centered = [](int, Tensor& w, Tensor& g, Tensor& m, Tensor& v) {
+    Tensor none;
+    backend_for(w.device()).rmsprop_update({0.01, 0.9, 0.0, 1e-7, true, 0.0}, w, g, v, none, m);
+  };
+  auto adagrad = [](int, Tensor& w, Tensor& g, Tensor& m, Tensor&) {
+    backend_for(w.device()).adagrad_update({0.1, 1e-7, 0.01}, w, g, m);
+  };
   for (auto [cpu, emulated] : {on_cpu_and_emulated([&] { return run(adam); }),
-                               on_cpu_and_emulated([&] { return run(nesterov); })}) {
+                               on_cpu_and_emulated([&] { return run(nesterov); }),
+                               on_cpu_and_emulated([&] { return run(rmsprop_momentum); }),
+                               on_cpu_and_emulated([&] { return run(rmsprop_centered); }),
+                               on_cpu_and_emulated([&] { return run(adagrad); })}) {
     for (int k = 0; k < 3; ++k) {
       expect_close(emulated[k].to_vector<double>(), cpu[k].to_vector<double>(), 1e-6,
                    "slot " + std::to_string(k));

@@ -1,7 +1,12 @@
 // Keras' training surface against Keras itself: each loss and learning-rate schedule here gives,
 // on the same inputs, the value Keras 3 on JAX gives (tests/reference/keras_training_surface.h,
 // made by tests/interop/make_training_surface_references.py), within 1e-6. Plus the argument
-// checks, and a schedule driving an optimizer as Keras' does.
+// checks, a schedule driving an optimizer as Keras' does, and each optimizer and clipping
+// setting step by step.
+#include <cmath>
+#include <functional>
+#include <limits>
+
 #include "tests/reference/keras_training_surface.h"
 #include "tests/test_helpers.h"
 
@@ -136,6 +141,91 @@ TEST(KerasSchedules, DriveTheOptimizerAsInKeras) {
   expect_throw_with<ValueError>([] { optimizers::schedules::PiecewiseConstantDecay({10}, {1}); },
                                 "1 boundaries need 2 values, got 1");
   expect_throw_with<ValueError>([] { optimizers::schedules::CosineDecay(0.1, 0); }, "decay_steps must be a positive");
+}
+
+// Four steps of each optimizer (and clipping) on two variables: Keras' weights after each.
+TEST(KerasOptimizers, MatchKerasStepByStep) {
+  struct Case {
+    const char* name;
+    std::function<std::shared_ptr<optimizers::Optimizer>()> make;
+    const std::vector<double>& keras_weights;
+  };
+  using namespace optimizers;
+  const std::vector<Case> cases = {
+      {"RMSprop", [] { return std::make_shared<RMSprop>(0.01); }, reference::kRmspropWeights},
+      {"RMSprop centered with momentum", [] { return std::make_shared<RMSprop>(0.01, 0.8, 0.9, 1e-7, true); },
+       reference::kRmspropCenteredMomentumWeights},
+      {"RMSprop momentum and weight decay",
+       [] { return std::make_shared<RMSprop>(0.01, 0.9, 0.5, 1e-7, false, 0.1); },
+       reference::kRmspropMomentumDecayWeights},
+      {"Adagrad", [] { return std::make_shared<Adagrad>(0.1); }, reference::kAdagradWeights},
+      {"Adagrad settings", [] { return std::make_shared<Adagrad>(0.1, 0.5, 1e-5, 0.05); },
+       reference::kAdagradSettingsWeights},
+      {"SGD clipnorm",
+       [] {
+         auto sgd = std::make_shared<SGD>(0.1);
+         sgd->set_clipnorm(0.5);
+         return sgd;
+       },
+       reference::kSgdClipnormWeights},
+      {"SGD clipvalue",
+       [] {
+         auto sgd = std::make_shared<SGD>(0.1);
+         sgd->set_clipvalue(0.3);
+         return sgd;
+       },
+       reference::kSgdClipvalueWeights},
+      {"SGD global_clipnorm",
+       [] {
+         auto sgd = std::make_shared<SGD>(0.1);
+         sgd->set_global_clipnorm(0.7);
+         return sgd;
+       },
+       reference::kSgdGlobalClipnormWeights},
+      {"Adam global_clipnorm",
+       [] {
+         auto adam = std::make_shared<Adam>(0.01);
+         adam->set_global_clipnorm(0.7);
+         return adam;
+       },
+       reference::kAdamGlobalClipnormWeights},
+  };
+  for (const Case& test : cases) {
+    std::shared_ptr<Optimizer> optimizer = test.make();
+    Tensor first = Tensor::from_vector<float>({1, -2, 3}, {3});
+    Tensor second = Tensor::from_vector<float>({0.5f, -0.25f, 2.0f, 1.5f}, {2, 2});
+    std::vector<double> trajectory;
+    for (std::size_t step = 0; step < 4; ++step) {
+      std::vector<double> g1(reference::kOptimizerGradients.begin() + 3 * step,
+                             reference::kOptimizerGradients.begin() + 3 * step + 3);
+      std::vector<double> g2(reference::kOptimizerGradients2.begin() + 4 * step,
+                             reference::kOptimizerGradients2.begin() + 4 * step + 4);
+      optimizer->apply({first, second},
+                       {tensor(g1, {3}), tensor(g2, {2, 2})});
+      for (double value : first.to_vector<double>()) trajectory.push_back(value);
+      for (double value : second.to_vector<double>()) trajectory.push_back(value);
+    }
+    testing::expect_close(trajectory, test.keras_weights, 1e-6, test.name);
+  }
+}
+
+TEST(KerasOptimizers, ClippingIsCheckedAsInKeras) {
+  optimizers::SGD sgd(0.1);
+  sgd.set_clipnorm(1.0);
+  expect_throw_with<ValueError>([&] { sgd.set_global_clipnorm(2.0); },
+                                "only one of clipnorm, clipvalue and global_clipnorm can be set");
+  expect_throw_with<ValueError>([&] { sgd.set_clipvalue(-1.0); }, "clipvalue must be a finite number > 0");
+  sgd.set_clipnorm(0.0);  // none
+  sgd.set_global_clipnorm(2.0);
+  EXPECT_TRUE(sgd.clips_by_norm());
+  // A gradient that is not finite makes the global scale NaN, as Keras' clip_by_global_norm does.
+  Tensor weight = Tensor::from_vector<float>({1, 2}, {2});
+  sgd.apply({weight}, {Tensor::from_vector<float>({std::numeric_limits<float>::infinity(), 1}, {2})});
+  EXPECT_TRUE(std::isnan(weight.to_vector<double>()[1]));
+  expect_throw_with<ValueError>([] { optimizers::get("adadelta"); }, "expected one of sgd, adam, adamw, rmsprop, adagrad");
+  EXPECT_EQ(optimizers::get("rmsprop")->name(), "RMSprop");
+  expect_throw_with<ValueError>([] { optimizers::RMSprop(0.01, 1.5); }, "RMSprop rho must be in [0, 1]");
+  expect_throw_with<ValueError>([] { optimizers::Adagrad(0.01, -1); }, "initial_accumulator_value must be a finite");
 }
 
 // A schedule of the user's own, as Keras' LearningRateSchedule subclass.

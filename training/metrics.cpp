@@ -133,6 +133,19 @@ void Mean::update_state(const Tensor& values) {
   add_batch(ops::sum(per_sample), 1.0, static_cast<double>(per_sample.size()));
 }
 
+void Mean::update_state(const Tensor& value, double sample_weight) {
+  if (value.size() != 1) {
+    throw ShapeError(str("Mean '", name(), "': a weighted update takes one value, got shape ",
+                         shape_to_string(value.shape()), "; call update_state(values) for several"));
+  }
+  if (!std::isfinite(sample_weight) || sample_weight < 0) {
+    throw ValueError(str("Mean '", name(), "': sample_weight must be a finite number >= 0, got ", sample_weight));
+  }
+  if (sample_weight == 0) return;
+  NoGradGuard no_grad;
+  add_batch(ops::reshape(as_float64(value), {}), sample_weight, sample_weight);
+}
+
 void Mean::update_state(const Tensor&, const Tensor&) {
   throw ValueError(str("Mean '", name(), "' averages values: call update_state(values); as a compiled metric ",
                        "it has no meaning for (y_true, y_pred)"));

@@ -90,6 +90,10 @@ class Mean : public Metric {
  public:
   explicit Mean(std::string name = "mean") : Metric(std::move(name)) {}
   void update_state(const Tensor& values);
+  // A one-element value that stands for `sample_weight` samples (Keras' update_state(loss,
+  // sample_weight=batch_size): a batch's mean loss, weighted by its rows). A weight of 0 adds
+  // nothing.
+  void update_state(const Tensor& value, double sample_weight);
   // As a compiled metric it has no (y_true, y_pred) meaning: it says so.
   void update_state(const Tensor& y_true, const Tensor& y_pred) override;
 };

@@ -8,6 +8,7 @@
 
 #include "distribution/runtime/gradient_reducer.h"
 #include "distribution/runtime/runtime.h"
+#include "distribution/sharding/step_context.h"
 #include "engine/errors.h"
 #include "training/model_summary.h"
 #include "training/trainer.h"
@@ -195,10 +196,15 @@ void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, const Comp
                                "(and each place) its own metric object"));
         }
         objects.push_back(object.get());
-      } else {
-        metrics::get(metric.name(), label_kind(*chosen[i]));  // an unknown name fails here, not in fit
       }
       log_names.push_back(several ? names[i] + "_" + metric.name() : metric.name());
+    }
+  }
+  // An unknown metric name fails here, not in fit.
+  std::vector<std::pair<std::size_t, metrics::MetricPtr>> compiled;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    for (const MetricSpec& metric : metrics[i]) {
+      compiled.emplace_back(i, metric.object() ? metric.object() : metrics::get(metric.name(), label_kind(*chosen[i])));
     }
   }
   std::vector<std::string> unique(log_names);
@@ -211,6 +217,7 @@ void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, const Comp
   loss_weights_ = std::move(weights);
   output_metrics_ = std::move(metrics);
   metric_names_ = std::move(log_names);
+  compiled_metrics_ = std::move(compiled);
 }
 
 optimizers::Optimizer& Model::optimizer() {
@@ -253,6 +260,89 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, std::int64_t ba
 
 double Model::train_on_batch(const Tensor& x, const Tensor& y) {
   return Trainer(*this).train_on_batch({x}, {y});
+}
+
+ActiveStep& Model::require_active_step(const char* what, bool training) const {
+  if (active_step_ == nullptr || (training && !active_step_->training)) {
+    throw ValueError(str(what, " runs inside ", training ? "fit's train_step" : "fit's or evaluate's steps",
+                         " (model '", name(), "' is not ", training ? "training" : "in a step", " now); call fit() or ",
+                         "evaluate(), which call train_step and test_step"));
+  }
+  return *active_step_;
+}
+
+Logs Model::train_step(const StepData& data) {
+  ActiveStep& step = require_active_step("Model::train_step", true);
+  step.builtin_result = step.run_builtin(data);
+  return {};
+}
+
+Logs Model::test_step(const StepData& data) {
+  ActiveStep& step = require_active_step("Model::test_step", false);
+  step.builtin_result = step.run_builtin(data);
+  return {};
+}
+
+Tensor Model::compute_loss(const StepData& data, const std::vector<Tensor>& y_pred) {
+  check_compiled("compute_loss");
+  if (data.y.size() != losses_.size()) {
+    throw ValueError(str("compute_loss: model '", name(), "' has ", losses_.size(), " output(s) and takes one target ",
+                         "array for each, got ", data.y.size()));
+  }
+  return Trainer(*this).compute_loss(data.y, y_pred, nullptr);
+}
+
+void Model::apply_gradients(const Tensor& loss) {
+  ActiveStep& step = require_active_step("apply_gradients", true);
+  if (!loss.defined() || loss.size() != 1) {
+    throw ValueError(str("apply_gradients: the loss must be a one-element tensor, got ",
+                         loss.defined() ? shape_to_string(loss.shape()) : std::string("an undefined tensor")));
+  }
+  step.apply_gradients(loss);
+}
+
+Logs Model::compute_metrics(const StepData& data, const std::vector<Tensor>& y_pred, const Tensor& loss) {
+  check_compiled("compute_metrics");
+  if (y_pred.size() != losses_.size() || data.y.size() != losses_.size()) {
+    throw ValueError(str("compute_metrics: model '", name(), "' has ", losses_.size(), " output(s); got ",
+                         y_pred.size(), " predictions and ", data.y.size(), " target arrays"));
+  }
+  const std::int64_t rows = data.y.empty() || data.y[0].rank() == 0 ? 0 : data.y[0].dim(0);
+  if (rows > 0) {
+    NoGradGuard no_grad;
+    loss_tracker_->update_state(loss.detach(), static_cast<double>(rows));
+    const distribution::ShardingContext* sharding = distribution::StepContext::sharding();
+    for (const auto& [output, metric] : compiled_metrics_) {
+      // The metrics see an output whole (it may lie sharded under ModelParallel).
+      Tensor whole = sharding ? sharding->to_data_layout(y_pred[output]) : y_pred[output];
+      metric->update_state(data.y[output], whole.detach());
+    }
+  }
+  return metric_results();
+}
+
+std::vector<metrics::MetricPtr> Model::metrics() const {
+  std::vector<metrics::MetricPtr> all = {loss_tracker_};
+  for (const auto& entry : compiled_metrics_) all.push_back(entry.second);
+  return all;
+}
+
+Logs Model::metric_results() {
+  std::vector<metrics::MetricPtr> all = metrics();
+  std::vector<double> totals;
+  for (const metrics::MetricPtr& metric : all) {
+    totals.push_back(metric->numerator());
+    totals.push_back(metric->denominator());
+  }
+  BatchShard::current("metric_results").sum(totals);
+  // The compiled metrics' log names follow the outputs' loss names (several outputs).
+  const std::size_t first = metric_names_.size() - compiled_metrics_.size();
+  Logs logs;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const std::string& log_name = i == 0 ? all[0]->name() : metric_names_[first + i - 1];
+    logs[log_name] = all[i]->result_of(totals[2 * i], totals[2 * i + 1]);
+  }
+  return logs;
 }
 
 void Model::gather_optimizer_state() {

@@ -87,6 +87,16 @@ struct History {
   std::map<std::string, std::vector<double>> history;
 };
 
+// The arrays of one training or evaluation step (Keras' `data`): this process's rows of the
+// batch, one array per model input (x) and per output (y), on the model's device.
+struct StepData {
+  std::vector<Tensor> x, y;
+};
+
+// fit's or evaluate's step in progress, which apply_gradients and the default train_step and
+// test_step work on (training/trainer.h).
+struct ActiveStep;
+
 class Model : public Layer {
  public:
   // A subclassed model (override call) or, through Sequential, a stack of layers.
@@ -191,6 +201,41 @@ class Model : public Layer {
   const std::vector<std::string>& metric_names() const { return metric_names_; }
   optimizers::Optimizer& optimizer();
 
+  // Keras' train_step, to override for a custom training step (Keras 3's "customizing what
+  // happens in fit()"): fit() calls it for each batch with this process's rows, and the logs
+  // it returns are the epoch's so far (callbacks and the progress bar see them). An override
+  // reads as Keras' does:
+  //   Tensor y_pred = (*this)(data.x[0], /*training=*/true);
+  //   Tensor loss = compute_loss(data, {y_pred});
+  //   apply_gradients(loss);
+  //   return compute_metrics(data, {y_pred}, loss);
+  // Callbacks, the progress bar, the compiled metrics and, under a distribution, the gradient
+  // sums and global logs are all kept. The default is fit's own step, which reads its logs only
+  // when something needs them; an override may call it (Keras' super().train_step(data)) and
+  // return what it returns.
+  virtual Logs train_step(const StepData& data);
+  // The same for evaluate() and fit's validation, without gradients:
+  //   return compute_metrics(data, {y_pred}, compute_loss(data, {y_pred}));
+  virtual Logs test_step(const StepData& data);
+  // Keras' compute_loss: the compiled losses of the outputs `y_pred` against data.y, weighted
+  // and summed; the mean over this process's rows (outputs may lie sharded, as fit's own).
+  Tensor compute_loss(const StepData& data, const std::vector<Tensor>& y_pred);
+  // Inside train_step: the gradients of `loss` with respect to the trainable weights, summed
+  // over the data-parallel processes as fit's own step sums them (in buckets, during backward),
+  // then the optimizer's update (with its clipping). What `loss.backward()` and
+  // `optimizer.apply(gradients, trainable_weights)` do in Keras' guide on PyTorch.
+  void apply_gradients(const Tensor& loss);
+  // Inside train_step or test_step: adds `loss` to the loss tracker (weighted by this process's
+  // rows) and the batch to the compiled metrics, and returns metric_results(), as Keras'
+  // loss tracker update and compute_metrics do together.
+  Logs compute_metrics(const StepData& data, const std::vector<Tensor>& y_pred, const Tensor& loss);
+  // Keras' model.metrics: the loss tracker (a Mean named "loss") and the compiled metrics, in
+  // the order of their logs. fit and evaluate reset them at each epoch and evaluation.
+  std::vector<metrics::MetricPtr> metrics() const;
+  // Every metric of metrics() by its log name, over all the data-parallel processes (one
+  // all-reduce of their states): what a train_step returns, the same on every process.
+  Logs metric_results();
+
  private:
   // The loops of fit, evaluate, predict and train_on_batch (training/trainer.h) run on this state.
   friend class Trainer;
@@ -204,6 +249,12 @@ class Model : public Layer {
   // What the logs hold beyond "loss", in order: each output's loss (several outputs), then
   // each output's metrics.
   std::vector<std::string> metric_names_;
+  // The metric objects of output_metrics_ (made from their names at compile) with their
+  // outputs, in the order of their log names; and the loss tracker.
+  std::vector<std::pair<std::size_t, metrics::MetricPtr>> compiled_metrics_;
+  std::shared_ptr<metrics::Mean> loss_tracker_ = std::make_shared<metrics::Mean>("loss");
+  ActiveStep* active_step_ = nullptr;  // set by the trainer while a step runs
+  ActiveStep& require_active_step(const char* what, bool training) const;
   std::shared_ptr<distribution::GradientReducer> gradient_reducer_;
   std::vector<distribution::CollectiveTotal> last_step_collectives_;
   bool plan_checked_ = false;  // fit() warns about the plan once, after its first step

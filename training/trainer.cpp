@@ -8,6 +8,7 @@
 #include <optional>
 #include <random>
 
+#include "distribution/runtime/gradient_norms.h"
 #include "distribution/runtime/gradient_reducer.h"
 #include "distribution/sharding/redistribute.h"
 #include "distribution/runtime/runtime.h"
@@ -80,15 +81,14 @@ std::vector<std::int64_t> permutation(std::int64_t count, bool shuffle, std::mt1
 // that object, reset here as Keras resets compiled metrics at each epoch.
 class EpochLogs {
  public:
-  EpochLogs(const std::vector<losses::LossPtr>& losses, const std::vector<std::vector<MetricSpec>>& specs) {
-    if (losses.size() > 1) output_losses_.resize(losses.size());
-    for (std::size_t output = 0; output < specs.size(); ++output) {
-      for (const MetricSpec& spec : specs[output]) {
-        metrics::MetricPtr metric = spec.object() ? spec.object() : metrics::get(spec.name(), label_kind(*losses[output]));
-        metric->reset_state();
-        metrics_.emplace_back(output, metric);
-      }
-    }
+  // `outputs`: the model's output count; `metrics`: its compiled metrics (with their outputs),
+  // reset here with the loss tracker, which a custom train_step or test_step updates.
+  EpochLogs(std::size_t outputs, std::vector<std::pair<std::size_t, metrics::MetricPtr>> metrics,
+            std::shared_ptr<metrics::Mean> loss_tracker = nullptr)
+      : metrics_(std::move(metrics)), loss_tracker_(std::move(loss_tracker)) {
+    if (outputs > 1) output_losses_.resize(outputs);
+    for (const auto& entry : metrics_) entry.second->reset_state();
+    if (loss_tracker_) loss_tracker_->reset_state();
   }
   // A step's results for `count` rows of this process (none: nothing to add).
   void add(const Trainer::StepResult& step, const TensorList& y, double count) {
@@ -141,6 +141,7 @@ class EpochLogs {
   // At the end of an epoch or evaluation every process's metric objects hold the global state,
   // so result() read by the user after fit() is the logged value on every process.
   void hold_global_state(const std::vector<double>& totals) {
+    if (loss_tracker_) loss_tracker_->set_state(totals[0], totals[1]);
     std::size_t next = 2 + 2 * output_losses_.size();
     for (auto& entry : metrics_) {
       entry.second->set_state(totals[next], totals[next + 1]);
@@ -153,6 +154,20 @@ class EpochLogs {
   metrics::RunningTotal loss_;
   std::vector<metrics::RunningTotal> output_losses_;
   std::vector<std::pair<std::size_t, metrics::MetricPtr>> metrics_;
+  std::shared_ptr<metrics::Mean> loss_tracker_;
+};
+
+// Binds a step in progress to the model for the length of a step (Model::active_step_).
+class ActiveStepBinding {
+ public:
+  ActiveStepBinding(ActiveStep*& slot, ActiveStep& step) : slot_(slot), previous_(slot) { slot_ = &step; }
+  ~ActiveStepBinding() { slot_ = previous_; }
+  ActiveStepBinding(const ActiveStepBinding&) = delete;
+  ActiveStepBinding& operator=(const ActiveStepBinding&) = delete;
+
+ private:
+  ActiveStep*& slot_;
+  ActiveStep* previous_;
 };
 
 // Keras' logs for the samples seen so far by all processes: each process's (sum, count) of the
@@ -283,7 +298,6 @@ TensorList Trainer::metric_inputs(const TensorList& outputs) const {
 Trainer::StepResult Trainer::train_step(const TensorList& x, const TensorList& y, double loss_scale,
                                         const BatchShard& context, const BatchShard::Rows* rows,
                                         std::optional<bool> read_logs_here) {
-  const bool distributed = context.distributed();
   distribution::CollectiveLog::Scope collectives;
   // The step's sharding, resolved once for the forward pass, the loss and the backward pass.
   distribution::StepContext step_context;
@@ -304,13 +318,26 @@ Trainer::StepResult Trainer::train_step(const TensorList& x, const TensorList& y
     result = {rows_here ? loss.detach() : Tensor(), rows_here ? output_losses : TensorList(), metric_inputs(outputs),
               std::nullopt};
   }
+  apply_gradients(loss, loss_scale, context, read_logs_here, &result.read_logs_on_any_process);
+  model_.last_step_collectives_ = collectives.totals();
+  return result;
+}
+
+void Trainer::apply_gradients(const Tensor& loss, double loss_scale, const BatchShard& context,
+                              std::optional<bool> read_logs_here,
+                              std::optional<bool>* read_logs_on_any_process) {
+  const bool distributed = context.distributed();
   // Taken after the forward pass: the first call builds the model, and the variables it
   // creates must be trained by this step too (they were not, before: the first step's
   // gradients were dropped).
   std::vector<Tensor> variables = model_.trainable_weights();
   if (distributed) {
     std::vector<Tensor> reduced = context.variables_to_reduce(variables);
-    if (!model_.gradient_reducer_ || !model_.gradient_reducer_->serves(context.group(), reduced)) {
+    // Clipping reads whole gradients: an optimizer that clips updates whole variables, not
+    // blocks (its clipping may have been set after a reducer that updates by blocks was made).
+    const bool clips = model_.optimizer_->clips();
+    if (!model_.gradient_reducer_ || !model_.gradient_reducer_->serves(context.group(), reduced) ||
+        (clips && model_.gradient_reducer_->block_updated_count() > 0)) {
       // The state the old reducer kept by blocks is made whole before another takes over
       // (every process replaces it at the same step).
       model_.gather_optimizer_state();
@@ -318,7 +345,7 @@ Trainer::StepResult Trainer::train_step(const TensorList& x, const TensorList& y
           context.layers_communicate(variables) || any_layer_synchronizes_batch(model_);
       model_.gradient_reducer_ = std::make_shared<distribution::GradientReducer>(
           context.group(), reduced, distribution::BucketOptions::from_environment(),
-          /*overlap=*/!layers_communicate, /*shard_updates=*/!layers_communicate);
+          /*overlap=*/!layers_communicate, /*shard_updates=*/!layers_communicate && !clips);
     }
     // The step's flag rides the gradients' last bucket: deciding together costs no collective.
     const bool flag_rides = read_logs_here.has_value() && model_.gradient_reducer_->flag_rides_gradients() &&
@@ -329,7 +356,9 @@ Trainer::StepResult Trainer::train_step(const TensorList& x, const TensorList& y
     keras::backward({scaled}, {Tensor::ones({}, scaled.dtype(), scaled.device())},
                     [this](const Tensor& leaf) { model_.gradient_reducer_->gradient_ready(leaf); });
     model_.gradient_reducer_->finish();
-    if (flag_rides) result.read_logs_on_any_process = model_.gradient_reducer_->step_flag_on_any_process();
+    if (flag_rides && read_logs_on_any_process != nullptr) {
+      *read_logs_on_any_process = model_.gradient_reducer_->step_flag_on_any_process();
+    }
   } else {
     // Training goes on without distribution: the state made whole first.
     if (model_.gradient_reducer_) {
@@ -341,11 +370,41 @@ Trainer::StepResult Trainer::train_step(const TensorList& x, const TensorList& y
   std::vector<Tensor> gradients;
   gradients.reserve(variables.size());
   for (const Tensor& variable : variables) gradients.push_back(variable.grad());
+  // Clipping by norm reads the whole model's gradient norms, which span the processes that
+  // hold its blocks (distribution/runtime/gradient_norms.h).
+  model_.optimizer_->set_squared_norm_sum(distribution::StepContext::sharding() != nullptr
+                                              ? distribution::sum_squared_norms_over_processes
+                                              : optimizers::Optimizer::SquaredNormSum());
   model_.optimizer_->apply(variables, gradients);
   if (distributed) model_.gradient_reducer_->update_owned_blocks(*model_.optimizer_);
   for (Tensor& variable : variables) variable.zero_grad();
+}
+
+std::optional<Trainer::StepResult> Trainer::call_train_step(const TensorList& x, const TensorList& y,
+                                                            double loss_scale, const BatchShard& context,
+                                                            const BatchShard::Rows* rows,
+                                                            std::optional<bool> read_logs_here,
+                                                            std::optional<Logs>& custom_logs) {
+  ActiveStep step;
+  step.training = true;
+  step.run_builtin = [&](const StepData& data) {
+    return train_step(data.x, data.y, loss_scale, context, rows, read_logs_here);
+  };
+  step.apply_gradients = [&](const Tensor& loss) {
+    apply_gradients(loss, loss_scale, context, std::nullopt, nullptr);
+  };
+  ActiveStepBinding binding(model_.active_step_, step);
+  // An override's forward pass runs in the step's sharding and rows, as the default's does.
+  distribution::CollectiveLog::Scope collectives;
+  distribution::StepContext step_context;
+  std::optional<BatchShard::StepScope> scope;
+  if (rows != nullptr) scope.emplace(*rows);
+  for (Tensor& variable : model_.trainable_weights()) variable.zero_grad();
+  Logs logs = model_.train_step(StepData{x, y});
+  if (step.builtin_result) return std::move(step.builtin_result);
+  custom_logs = std::move(logs);
   model_.last_step_collectives_ = collectives.totals();
-  return result;
+  return std::nullopt;
 }
 
 double Trainer::train_on_batch(const TensorList& x, const TensorList& y) {
@@ -365,7 +424,7 @@ double Trainer::train_on_batch(const TensorList& x, const TensorList& y) {
   // Keras returns the loss as a number: this read waits for the device, once per call, and
   // may raise its deferred errors (shared as in global_logs).
   result.output_losses.clear();  // the total only
-  EpochLogs total_only({model_.losses_.at(0)}, {});
+  EpochLogs total_only(1, {});
   total_only.add(result, y_local, double(end - begin));
   std::vector<double> totals = global_totals(context, total_only);
   return totals[1] > 0 ? totals[0] / totals[1] : 0.0;
@@ -446,7 +505,7 @@ History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions&
     for (const CallbackPtr& callback : options.callbacks) callback->on_epoch_begin(model_, epoch);
     if (verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
     std::vector<std::int64_t> order = permutation(samples, options.shuffle, shuffle_engine);
-    EpochLogs epoch_logs(model_.losses_, model_.output_metrics_);
+    EpochLogs epoch_logs(model_.losses_.size(), model_.compiled_metrics_, model_.loss_tracker_);
     // A run resumed mid-epoch starts from the saved global totals of the batches done; the
     // first process of the data-parallel group holds them (logs sum over that group).
     if (start_step > 0 && context.shard_id() == 0) epoch_logs.add_totals(resumed_totals);
@@ -479,14 +538,22 @@ History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions&
       // Bounds what the running totals hold on the device between reads.
       read_logs_here = read_logs_here || epoch_logs.pending_terms() + (end > begin ? 1 : 0) >=
                                              metrics::RunningTotal::kReadAfterTerms;
-      StepResult result = train_step(x_batch, y_batch, scale, context,
-                                     context.distributed() ? &rows : nullptr, read_logs_here);
-      epoch_logs.add(result, y_batch, static_cast<double>(end - begin));
+      std::optional<Logs> custom_logs;
+      std::optional<StepResult> result = call_train_step(x_batch, y_batch, scale, context,
+                                                         context.distributed() ? &rows : nullptr, read_logs_here,
+                                                         custom_logs);
+      if (result) epoch_logs.add(*result, y_batch, static_cast<double>(end - begin));
       steps_done = step + 1;
-      const bool read_logs = result.read_logs_on_any_process
-                                 ? *result.read_logs_on_any_process
-                                 : context.any_process(read_logs_here);
-      if (read_logs) {
+      // A train_step of the user's own returns its logs, read already (metric_results()).
+      const bool read_logs = !result                              ? true
+                             : result->read_logs_on_any_process ? *result->read_logs_on_any_process
+                                                                 : context.any_process(read_logs_here);
+      if (custom_logs) {
+        logs = std::move(*custom_logs);
+        logs_through = steps_done;
+        // Its totals are the user's: a position saved now could not be resumed mid-epoch.
+        model_.position_.totals.clear();
+      } else if (read_logs) {
         // Logs are means over the global batch: sum (value, count) pairs across processes.
         logs = global_logs(context, epoch_logs, model_.metric_names_, &model_.position_.totals);
         logs_through = steps_done;
@@ -550,7 +617,7 @@ std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const
   context.check_same({samples, batch_size}, "evaluate");
   if (!context.prints()) verbose = 0;
   std::int64_t steps = (samples + batch_size - 1) / batch_size;
-  EpochLogs totals(model_.losses_, model_.output_metrics_);
+  EpochLogs totals(model_.losses_.size(), model_.compiled_metrics_, model_.loss_tracker_);
   std::mt19937_64 unused_engine(0);
   std::vector<std::int64_t> order = permutation(samples, /*shuffle=*/false, unused_engine);
   const bool bar_each_batch = ProgressBar::redraws_in_place(verbose);  // on this process
@@ -562,16 +629,32 @@ std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const
     std::int64_t global_begin = step * batch_size;
     auto [begin, end] = context.local_rows(global_begin, std::min(samples, global_begin + batch_size));
     auto count = static_cast<double>(end - begin);
-    if (count > 0) {
-      distribution::StepContext step_context;
-      TensorList x_batch = batch_rows(x, order, begin, end);
-      TensorList y_batch = batch_rows(y, order, begin, end);
-      TensorList outputs = forward(x_batch, /*training=*/false);
+    // Runs on every process, even one without rows in a small last batch, as fit's step does:
+    // a test_step of the user's own may communicate (metric_results), and all must call it.
+    distribution::StepContext step_context;
+    TensorList x_batch = batch_rows(x, order, begin, end);
+    TensorList y_batch = batch_rows(y, order, begin, end);
+    ActiveStep active;
+    active.training = false;
+    active.run_builtin = [&](const StepData& data) {
+      TensorList outputs = forward(data.x, /*training=*/false);
       StepResult result;
-      result.loss = compute_loss(y_batch, outputs, &result.output_losses);
+      result.loss = compute_loss(data.y, outputs, &result.output_losses);
       result.predictions = metric_inputs(outputs);
-      totals.add(result, y_batch, count);
+      return result;
+    };
+    Logs returned;
+    {
+      ActiveStepBinding binding(model_.active_step_, active);
+      returned = model_.test_step(StepData{x_batch, y_batch});
     }
+    if (!active.builtin_result) {
+      // The user's test_step returned its logs, read already (metric_results()).
+      results = std::move(returned);
+      if (verbose == 1) bar.update(step + 1, results, step + 1 == steps);
+      continue;
+    }
+    totals.add(*active.builtin_result, y_batch, count);
     bool read = context.any_process(
         bar_each_batch || totals.pending_terms() >= metrics::RunningTotal::kReadAfterTerms);
     if (read || step + 1 == steps) results = global_logs(context, totals, model_.metric_names_, &global);

@@ -3,6 +3,7 @@
 // call the Model methods, which hand their model to a Trainer for the length of one call.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -34,14 +35,15 @@ class Trainer {
     std::optional<bool> read_logs_on_any_process;
   };
 
+  // The total loss: each output's loss on the outputs as they lie, weighted, summed; with
+  // several outputs each weighted loss is added to `output_losses` (detached) too.
+  Tensor compute_loss(const TensorList& y, const TensorList& outputs, TensorList* output_losses);
+
  private:
   // The arrays agree with the model (one per input and output) and have one sample count.
   void check_data(const TensorList& x, const TensorList& y, const char* what) const;
   // The model's outputs for `x`, one per output.
   TensorList forward(const TensorList& x, bool training);
-  // The total loss: each output's loss on the outputs as they lie, weighted, summed; with
-  // several outputs each weighted loss is added to `output_losses` (detached) too.
-  Tensor compute_loss(const TensorList& y, const TensorList& outputs, TensorList* output_losses);
   // What the metrics read: each output that has metrics, whole (the data layout), detached.
   TensorList metric_inputs(const TensorList& outputs) const;
   // One optimisation step on this process's rows of a global batch; `loss_scale` is
@@ -52,11 +54,30 @@ class Trainer {
   StepResult train_step(const TensorList& x, const TensorList& y, double loss_scale,
                         const BatchShard& context, const BatchShard::Rows* rows,
                         std::optional<bool> read_logs_here = std::nullopt);
+  // train_step's second half: the gradients of `loss` summed over the data-parallel group
+  // (scaled by `loss_scale`, in buckets during backward), then the optimizer's update.
+  // `read_logs_on_any_process`, when given, receives the flag that rode the gradients.
+  void apply_gradients(const Tensor& loss, double loss_scale, const BatchShard& context,
+                       std::optional<bool> read_logs_here, std::optional<bool>* read_logs_on_any_process);
+  // Calls the model's train_step (Model::train_step) for one batch: the default runs
+  // train_step() above and its result is returned; an override's logs go to `custom_logs`.
+  std::optional<StepResult> call_train_step(const TensorList& x, const TensorList& y, double loss_scale,
+                                            const BatchShard& context, const BatchShard::Rows* rows,
+                                            std::optional<bool> read_logs_here, std::optional<Logs>& custom_logs);
   // evaluate() after its checks; fit() runs it on the validation data.
   std::map<std::string, double> run_evaluation(const TensorList& x, const TensorList& y,
                                                std::int64_t batch_size, int verbose);
 
   Model& model_;
+};
+
+// fit's or evaluate's step in progress (Model::active_step_): what the default train_step and
+// test_step and Model::apply_gradients ask of the trainer.
+struct ActiveStep {
+  bool training = true;
+  std::function<Trainer::StepResult(const StepData&)> run_builtin;  // fit's or evaluate's own step
+  std::function<void(const Tensor& loss)> apply_gradients;          // training only
+  std::optional<Trainer::StepResult> builtin_result;               // set when the default step ran
 };
 
 }  // namespace keras

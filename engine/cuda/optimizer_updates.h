@@ -33,6 +33,60 @@ struct SgdBody {
   }
 };
 
+template <typename T>
+struct RmspropBody {
+  optimizer_rules::RmspropConstants<T> constants;
+  T* w;
+  const T* g;
+  T* velocity;
+  T* momentum;  // null without momentum
+  T* average;   // null unless centered
+  KERAS_HOST_DEVICE void operator()(std::int64_t i) const {
+    optimizer_rules::rmsprop_step(w[i], g[i], velocity[i], momentum ? momentum + i : nullptr,
+                                  average ? average + i : nullptr, constants);
+  }
+};
+
+template <typename T>
+struct AdagradBody {
+  optimizer_rules::AdagradConstants<T> constants;
+  T* w;
+  const T* g;
+  T* accumulator;
+  KERAS_HOST_DEVICE void operator()(std::int64_t i) const {
+    optimizer_rules::adagrad_step(w[i], g[i], accumulator[i], constants);
+  }
+};
+
+template <class Launcher>
+void rmsprop_update(Launcher& launcher, const RmspropUpdate& settings, Tensor& variable, const Tensor& gradient,
+                    Tensor& velocity, Tensor& momentum, Tensor& average_gradient) {
+  dispatch_floating(variable.dtype(), "RMSprop", [&](auto zero) {
+    using T = decltype(zero);
+    launcher.for_each(variable.size(),
+                      RmspropBody<T>{optimizer_rules::rmsprop_constants<T>(settings),
+                                     static_cast<T*>(variable.raw_data()),
+                                     static_cast<const T*>(gradient.raw_data()),
+                                     static_cast<T*>(velocity.raw_data()),
+                                     momentum.defined() ? static_cast<T*>(momentum.raw_data()) : nullptr,
+                                     average_gradient.defined() ? static_cast<T*>(average_gradient.raw_data())
+                                                                : nullptr});
+  });
+}
+
+template <class Launcher>
+void adagrad_update(Launcher& launcher, const AdagradUpdate& settings, Tensor& variable, const Tensor& gradient,
+                    Tensor& accumulator) {
+  dispatch_floating(variable.dtype(), "Adagrad", [&](auto zero) {
+    using T = decltype(zero);
+    launcher.for_each(variable.size(),
+                      AdagradBody<T>{optimizer_rules::adagrad_constants<T>(settings),
+                                     static_cast<T*>(variable.raw_data()),
+                                     static_cast<const T*>(gradient.raw_data()),
+                                     static_cast<T*>(accumulator.raw_data())});
+  });
+}
+
 template <class Launcher>
 void sgd_update(Launcher& launcher, const SgdUpdate& settings, Tensor& variable,
                 const Tensor& gradient, Tensor& velocity) {

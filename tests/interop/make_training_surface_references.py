@@ -133,6 +133,34 @@ for _ in range(4):
     trajectory.extend(np.asarray(weight).tolist())
 array("kScheduledSgdWeights", trajectory)
 
+# Optimizers and clipping: two variables, four steps of the same gradients for each case; the
+# weights (both variables, flat) after each step.
+optimizer_gradients = [(rng.normal(size=3) * 2).astype("float32") for _ in range(4)]
+optimizer_gradients_2 = [(rng.normal(size=(2, 2)) * 2).astype("float32") for _ in range(4)]
+array("kOptimizerGradients", optimizer_gradients)
+array("kOptimizerGradients2", optimizer_gradients_2)
+O = keras.optimizers
+optimizer_cases = {
+    "kRmspropWeights": O.RMSprop(0.01),
+    "kRmspropCenteredMomentumWeights": O.RMSprop(0.01, rho=0.8, momentum=0.9, centered=True),
+    "kRmspropMomentumDecayWeights": O.RMSprop(0.01, momentum=0.5, weight_decay=0.1),
+    "kAdagradWeights": O.Adagrad(0.1),
+    "kAdagradSettingsWeights": O.Adagrad(0.1, initial_accumulator_value=0.5, epsilon=1e-5, weight_decay=0.05),
+    "kSgdClipnormWeights": O.SGD(0.1, clipnorm=0.5),
+    "kSgdClipvalueWeights": O.SGD(0.1, clipvalue=0.3),
+    "kSgdGlobalClipnormWeights": O.SGD(0.1, global_clipnorm=0.7),
+    "kAdamGlobalClipnormWeights": O.Adam(0.01, global_clipnorm=0.7),
+}
+for name, optimizer in optimizer_cases.items():
+    first = keras.Variable(np.array([1.0, -2.0, 3.0], dtype="float32"))
+    second = keras.Variable(np.array([[0.5, -0.25], [2.0, 1.5]], dtype="float32"))
+    trajectory = []
+    for step in range(4):
+        optimizer.apply([keras.ops.convert_to_tensor(optimizer_gradients[step]),
+                         keras.ops.convert_to_tensor(optimizer_gradients_2[step])], [first, second])
+        trajectory.extend(np.asarray(first).ravel().tolist() + np.asarray(second).ravel().tolist())
+    array(name, trajectory)
+
 header = f"""// Made by tests/interop/make_training_surface_references.py with Keras {keras.__version__} on JAX
 // {jax.__version__}: the inputs and Keras' answers tests/training_surface_test.cpp checks. Do not edit.
 #pragma once

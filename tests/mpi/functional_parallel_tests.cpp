@@ -30,8 +30,22 @@ layers::DenseOptions named(const std::string& name) {
   return options;
 }
 
+// The model with Keras' guide's train_step of its own (compute_loss, apply_gradients,
+// compute_metrics): the gradient sums and the global logs are the trainer's, as in fit's step.
+class TwoTowersWithOwnStep : public Model {
+ public:
+  using Model::Model;
+  Logs train_step(const StepData& data) override {
+    std::vector<Tensor> y_pred = (*this)(data.x, /*training=*/true);
+    Tensor loss = compute_loss(data, y_pred);
+    apply_gradients(loss);
+    return compute_metrics(data, y_pred, loss);
+  }
+};
+
 // Keras' guide's shape of model: two inputs through one shared layer, a residual, a merge, and
 // two heads (a regression score and 3-class logits).
+template <typename ModelType = Model>
 std::shared_ptr<Model> two_tower_model() {
   KerasTensor left = Input({6}, "left");
   KerasTensor right = Input({6}, "right");
@@ -43,13 +57,15 @@ std::shared_ptr<Model> two_tower_model() {
   KerasTensor hidden = layers::Dense(8, "relu", named("mix"))(joined);
   KerasTensor score = layers::Dense(1, "", named("score"))(hidden);
   KerasTensor label = layers::Dense(3, "", named("label"))(hidden);
-  return std::make_shared<Model>(std::vector<KerasTensor>{left, right}, std::vector<KerasTensor>{score, label},
-                                 "two_towers");
+  return std::make_shared<ModelType>(std::vector<KerasTensor>{left, right}, std::vector<KerasTensor>{score, label},
+                                     "two_towers");
 }
 
 enum class Setup { one_process, data_parallel, model_parallel };
 
-TrainingResult train(Setup setup) {
+// `own_step`: the model's train_step is TwoTowersWithOwnStep's; `clipped`: Adam clips by the
+// global norm (far below the gradients', so every step clips).
+TrainingResult train(Setup setup, bool own_step = false, bool clipped = false) {
   clear_session();
   set_random_seed(5);
   const int processes = kd::num_processes();
@@ -61,12 +77,14 @@ TrainingResult train(Setup setup) {
     (*map)["mix/kernel"] = {"model", std::nullopt};
     kd::set_distribution(std::make_shared<kd::ModelParallel>(map));
   }
-  std::shared_ptr<Model> model = two_tower_model();
+  std::shared_ptr<Model> model = own_step ? two_tower_model<TwoTowersWithOwnStep>() : two_tower_model();
   CompileOptions options;
   options.loss = {"mse", losses::SparseCategoricalCrossentropy(true)};
   options.loss_weights = {1.0, 0.5};
   options.metrics = {{"mae"}, {"accuracy"}};
-  model->compile(optimizers::Adam(0.01), options);
+  auto adam = std::make_shared<optimizers::Adam>(0.01);
+  if (clipped) adam->set_global_clipnorm(0.1);
+  model->compile(adam, options);
   const std::int64_t samples = 32;
   Tensor left = ops::random({RandomDistribution::normal, 0, 1, 11}, {samples, 6});
   Tensor right = ops::random({RandomDistribution::normal, 0, 1, 12}, {samples, 6});
@@ -93,8 +111,10 @@ TrainingResult train(Setup setup) {
   return run;
 }
 
-void expect_same_training(const TrainingResult& distributed, const TrainingResult& single, const std::string& what) {
-  for (const char* log : {"loss", "score_loss", "label_loss", "score_mae", "label_accuracy"}) {
+void expect_same_training(const TrainingResult& distributed, const TrainingResult& single, const std::string& what,
+                          const std::vector<std::string>& logs = {"loss", "score_loss", "label_loss", "score_mae",
+                                                                  "label_accuracy"}) {
+  for (const std::string& log : logs) {
     ASSERT_TRUE(single.history.count(log)) << log;
     ASSERT_TRUE(distributed.history.count(log)) << what << " logs " << log;
     keras::testing::expect_close(distributed.history.at(log), single.history.at(log), 1e-5, what + " " + log);
@@ -123,6 +143,22 @@ TEST(FunctionalParallel, TwoInputsTwoOutputsUnderModelParallelMatchOneProcess) {
     EXPECT_LT(sharded.local_parameters, single.local_parameters) << "the LayoutMap split nothing";
   }
   expect_same_training(sharded, single, "ModelParallel");
+}
+
+// A train_step of the user's own under DataParallel and ModelParallel, with the optimizer
+// clipping by the global norm: the same weights and logs as the same step on one process (its
+// logs: the loss tracker's and the compiled metrics', metric_results()).
+TEST(FunctionalParallel, ATrainStepOverrideMatchesOneProcess) {
+  const int processes = kd::num_processes();
+  ASSERT_GT(processes, 1);
+  const std::vector<std::string> logs = {"loss", "score_mae", "label_accuracy"};
+  TrainingResult single = train(Setup::one_process, /*own_step=*/true, /*clipped=*/true);
+  expect_same_training(train(Setup::data_parallel, true, true), single, "DataParallel own train_step", logs);
+  if (processes % 2 == 0) {
+    expect_same_training(train(Setup::model_parallel, true, true), single, "ModelParallel own train_step", logs);
+  }
+  // The override trains what fit's own step trains (the clipping is the same too).
+  expect_same_training(single, train(Setup::one_process, false, true), "own train_step against fit's", logs);
 }
 
 // Metric objects under DataParallel: each process updates its own state from its rows; the

@@ -24,6 +24,8 @@ struct Case {
   bool integer_inputs = false;          // token ids in [0, 24), shape (batch, 4)
   std::string batch_dim_name = "";      // "": the mesh's first axis, as in Keras
   Shape image_shape = {};               // non-empty: inputs are (batch, height, width, channels) images
+  // The optimizer; null: Adam(0.01).
+  std::function<std::shared_ptr<optimizers::Optimizer>()> optimizer = nullptr;
 };
 
 inline void PrintTo(const Case& test, std::ostream* out) { *out << test.name; }

@@ -95,6 +95,34 @@ std::vector<Case> mlp_cases() {
          map[".*head/kernel"] = {"batch", std::nullopt};  // sharded over the batch axis (FSDP-like)
        },
        [] { return mlp(); }},
+      // Clipping by norm reads the norm of the whole gradient, whose blocks lie on several
+      // processes: the global norm spans the shards over "model", the block of head/kernel
+      // split over "batch", and counts the replicated variables once (a threshold far below
+      // the gradients' norm, so every step clips).
+      {"global_clipnorm_on_a_batch_by_model_mesh", batch_by_model,
+       [](kd::LayoutMap& map) {
+         map[".*hidden/kernel"] = {std::nullopt, "model"};
+         map[".*hidden/bias"] = {"model"};
+         map[".*middle/kernel"] = {"model", std::nullopt};
+         map[".*head/kernel"] = {"batch", std::nullopt};
+       },
+       [] { return mlp(); }, false, "", {},
+       [] {
+         auto adam = std::make_shared<optimizers::Adam>(0.01);
+         adam->set_global_clipnorm(0.05);
+         return adam;
+       }},
+      {"clipnorm_per_variable_with_rmsprop", model_axis,
+       [](kd::LayoutMap& map) {
+         map[".*hidden/kernel"] = {std::nullopt, "model"};
+         map[".*middle/kernel"] = {"model", std::nullopt};
+       },
+       [] { return mlp(); }, false, "", {},
+       [] {
+         auto rmsprop = std::make_shared<optimizers::RMSprop>(0.01, 0.9, 0.5, 1e-7, true);
+         rmsprop->set_clipnorm(0.02);
+         return rmsprop;
+       }},
       {"embedding_by_vocabulary", model_axis,
        [](kd::LayoutMap& map) { map[".*embedding/embeddings"] = {"model", std::nullopt}; },
        embedding_model, true},
@@ -192,7 +220,8 @@ TrainingRun train(const Case& test, bool sharded) {
     kd::set_distribution(std::make_shared<kd::ModelParallel>(map, test.batch_dim_name));
   }
   std::shared_ptr<Model> model = test.model();
-  model->compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+  model->compile(test.optimizer ? test.optimizer() : std::make_shared<optimizers::Adam>(0.01),
+                 losses::SparseCategoricalCrossentropy(true));
   TrainingRun run;
   Tensor probe = ops::random({RandomDistribution::normal, 0, 1, 99}, {kBatch, 6});
   if (test.integer_inputs) {
