@@ -145,6 +145,25 @@ TEST(CustomStep, AStepOfItsOwnLogsWhatItReturns) {
   EXPECT_LT(losses.back(), losses.front()) << "it learns";
 }
 
+TEST(CustomStep, TrainOnBatchRunsTheOverride) {
+  testing::Blobs data = testing::make_blobs(16, 6);
+  clear_session();
+  set_random_seed(24);
+  Sequential builtin(layer_stack());
+  builtin.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+  const double expected = builtin.train_on_batch(data.x, data.y);
+  clear_session();
+  set_random_seed(24);
+  CustomStepModel custom(layer_stack());
+  custom.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+  EXPECT_NEAR(custom.train_on_batch(data.x, data.y), expected, 1e-12);
+  EXPECT_EQ(custom.train_steps, 1);
+  OwnLossModel own({layers::Dense(3)});
+  own.compile(optimizers::SGD(0.1), "mse");
+  expect_throw_with<ValueError>([&] { own.train_on_batch(data.x, ops::one_hot(data.y, 3)); },
+                                "returned no \"loss\" in its logs");
+}
+
 TEST(CustomStep, TheStepsMethodsSayWhereTheyRun) {
   clear_session();
   CustomStepModel model({layers::Dense(2)});

@@ -419,8 +419,20 @@ double Trainer::train_on_batch(const TensorList& x, const TensorList& y) {
   TensorList x_local = batch_rows(x, order, begin, end), y_local = batch_rows(y, order, begin, end);
   double scale = rows_total > 0 ? double(end - begin) / double(rows_total) : 1.0;
   BatchShard::Rows rows{rows_total, begin, end - begin};
-  StepResult result = train_step(x_local, y_local, scale, context,
-                                 context.distributed() ? &rows : nullptr);
+  std::optional<Logs> custom_logs;
+  std::optional<StepResult> stepped = call_train_step(x_local, y_local, scale, context,
+                                                      context.distributed() ? &rows : nullptr, std::nullopt,
+                                                      custom_logs);
+  if (!stepped) {
+    // The model's own train_step: its logs' loss, as Keras' train_on_batch returns it.
+    auto loss = custom_logs->find("loss");
+    if (loss == custom_logs->end()) {
+      throw ValueError(str("train_on_batch returns the loss, and model '", model_.name(), "''s train_step returned ",
+                           "no \"loss\" in its logs (return compute_metrics(...) or a \"loss\" entry)"));
+    }
+    return loss->second;
+  }
+  StepResult& result = *stepped;
   // Keras returns the loss as a number: this read waits for the device, once per call, and
   // may raise its deferred errors (shared as in global_logs).
   result.output_losses.clear();  // the total only
