@@ -31,8 +31,36 @@ void check_predictions(const Tensor& y_pred, const char* loss) {
 
 }  // namespace
 
-Tensor SparseCategoricalCrossentropy::operator()(const Tensor& y_true,
-                                                 const Tensor& y_pred) const {
+Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) const {
+  Tensor losses = call(y_true, y_pred);
+  if (!losses.defined()) throw ValueError(str(name(), ": call() gave an undefined tensor"));
+  if (!sample_weight.defined()) return ops::mean(losses);
+  // Keras' squeeze_or_expand_to_same_rank: weights (batch,) against losses (batch, steps) get a
+  // trailing axis; weights (batch, 1) against losses (batch,) lose theirs.
+  Tensor weights = ops::cast(sample_weight, losses.dtype());
+  if (weights.rank() == losses.rank() + 1 && weights.shape().back() == 1) weights = ops::squeeze(weights, -1);
+  if (weights.rank() < losses.rank()) {
+    Shape expanded = weights.shape();
+    expanded.resize(static_cast<std::size_t>(losses.rank()), 1);
+    weights = ops::reshape(weights, expanded);
+  }
+  bool fits = weights.rank() == losses.rank();
+  for (int axis = 0; fits && axis < static_cast<int>(weights.rank()); ++axis) {
+    fits = weights.dim(axis) == losses.dim(axis) || weights.dim(axis) == 1;
+  }
+  if (!fits || (losses.rank() > 0 && weights.dim(0) != losses.dim(0))) {
+    throw ShapeError(str(name(), ": sample_weight of shape ", shape_to_string(sample_weight.shape()),
+                         " does not fit the per-sample losses of shape ", shape_to_string(losses.shape()),
+                         "; expected one weight per sample, shape (", losses.rank() > 0 ? losses.dim(0) : 1, ",)"));
+  }
+  return ops::mean(losses * weights);
+}
+
+FunctionLoss::FunctionLoss(Function function, std::string name) : function_(std::move(function)), name_(std::move(name)) {
+  if (!function_) throw ValueError(str("FunctionLoss '", name_, "': the function is empty"));
+}
+
+Tensor SparseCategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y_pred) const {
   const char* loss = "sparse_categorical_crossentropy";
   check_predictions(y_pred, loss);
   if (!y_true.defined()) throw ValueError(str(loss, ": y_true is undefined"));
@@ -58,7 +86,7 @@ Tensor SparseCategoricalCrossentropy::operator()(const Tensor& y_true,
                          " classes; expected labels in [0, ", classes, ")"));
   Tensor picked = ops::one_hot(labels, classes, y_pred.dtype()) *
                   log_probabilities(y_pred, from_logits_);
-  return -ops::mean(ops::sum(picked, {-1}));
+  return -ops::sum(picked, {-1});
 }
 
 namespace {
@@ -101,7 +129,7 @@ BinaryCrossentropy::BinaryCrossentropy(bool from_logits, double label_smoothing)
   check_smoothing(label_smoothing, "binary_crossentropy");
 }
 
-Tensor BinaryCrossentropy::operator()(const Tensor& y_true, const Tensor& y_pred) const {
+Tensor BinaryCrossentropy::call(const Tensor& y_true, const Tensor& y_pred) const {
   Tensor targets = targets_like(y_true, y_pred, "binary_crossentropy");
   if (y_pred.rank() < 1) throw ShapeError("binary_crossentropy: predictions need at least one axis");
   if (label_smoothing_ > 0) targets = targets * (1.0 - label_smoothing_) + 0.5 * label_smoothing_;
@@ -113,43 +141,45 @@ Tensor BinaryCrossentropy::operator()(const Tensor& y_true, const Tensor& y_pred
     Tensor p = clipped(y_pred, kEpsilon, 1.0 - kEpsilon);
     per_element = -(targets * ops::log(p) + (1.0 - targets) * ops::log(1.0 - p));
   }
-  return ops::mean(ops::mean(per_element, {-1}));
+  return ops::mean(per_element, {-1});
 }
 
-Tensor MeanAbsoluteError::operator()(const Tensor& y_true, const Tensor& y_pred) const {
+Tensor MeanAbsoluteError::call(const Tensor& y_true, const Tensor& y_pred) const {
   Tensor targets = targets_like(y_true, y_pred, "mean_absolute_error");
-  return ops::mean(ops::abs(y_pred - targets));
+  if (y_pred.rank() < 1) throw ShapeError("mean_absolute_error: predictions need at least one axis");
+  return ops::mean(ops::abs(y_pred - targets), {-1});
 }
 
 Huber::Huber(double delta) : delta_(delta) {
   if (!(delta > 0) || !std::isfinite(delta)) throw ValueError(str("huber_loss: delta must be > 0, got ", delta));
 }
 
-Tensor Huber::operator()(const Tensor& y_true, const Tensor& y_pred) const {
+Tensor Huber::call(const Tensor& y_true, const Tensor& y_pred) const {
   Tensor error = y_pred - targets_like(y_true, y_pred, "huber_loss");
   Tensor magnitude = ops::abs(error);
   Tensor quadratic = 0.5 * ops::square(error);
   Tensor linear = delta_ * magnitude - 0.5 * delta_ * delta_;
-  return ops::mean(ops::where(ops::less_equal(magnitude, ops::scalar_like(magnitude, delta_)), quadratic, linear));
+  if (y_pred.rank() < 1) throw ShapeError("huber_loss: predictions need at least one axis");
+  return ops::mean(ops::where(ops::less_equal(magnitude, ops::scalar_like(magnitude, delta_)), quadratic, linear), {-1});
 }
 
-Tensor KLDivergence::operator()(const Tensor& y_true, const Tensor& y_pred) const {
+Tensor KLDivergence::call(const Tensor& y_true, const Tensor& y_pred) const {
   Tensor targets = clipped(targets_like(y_true, y_pred, "kl_divergence"), kEpsilon, 1.0);
   if (y_pred.rank() < 1) throw ShapeError("kl_divergence: predictions need at least one axis");
   Tensor predictions = clipped(y_pred, kEpsilon, 1.0);
-  return ops::mean(ops::sum(targets * ops::log(targets / predictions), {-1}));
+  return ops::sum(targets * ops::log(targets / predictions), {-1});
 }
 
-Tensor CosineSimilarity::operator()(const Tensor& y_true, const Tensor& y_pred) const {
+Tensor CosineSimilarity::call(const Tensor& y_true, const Tensor& y_pred) const {
   Tensor targets = targets_like(y_true, y_pred, "cosine_similarity");
   std::int64_t rank = y_pred.rank();
   if (axis_ < -rank || axis_ >= rank) {
     throw ValueError(str("cosine_similarity: axis ", axis_, " is out of range for predictions of rank ", rank));
   }
-  return -ops::mean(ops::sum(l2_normalized(targets, axis_) * l2_normalized(y_pred, axis_), {axis_}));
+  return -ops::sum(l2_normalized(targets, axis_) * l2_normalized(y_pred, axis_), {axis_});
 }
 
-Tensor CategoricalCrossentropy::operator()(const Tensor& y_true, const Tensor& y_pred) const {
+Tensor CategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y_pred) const {
   const char* loss = "categorical_crossentropy";
   check_predictions(y_pred, loss);
   if (!y_true.defined()) throw ValueError(str(loss, ": y_true is undefined"));
@@ -167,10 +197,10 @@ Tensor CategoricalCrossentropy::operator()(const Tensor& y_true, const Tensor& y
   if (label_smoothing_ > 0) {
     labels = labels * (1.0 - label_smoothing_) + label_smoothing_ / double(y_pred.shape().back());
   }
-  return -ops::mean(ops::sum(labels * log_probabilities(y_pred, from_logits_), {-1}));
+  return -ops::sum(labels * log_probabilities(y_pred, from_logits_), {-1});
 }
 
-Tensor MeanSquaredError::operator()(const Tensor& y_true, const Tensor& y_pred) const {
+Tensor MeanSquaredError::call(const Tensor& y_true, const Tensor& y_pred) const {
   const char* loss = "mean_squared_error";
   check_predictions(y_pred, loss);
   if (!y_true.defined()) throw ValueError(str(loss, ": y_true is undefined"));
@@ -180,7 +210,8 @@ Tensor MeanSquaredError::operator()(const Tensor& y_true, const Tensor& y_pred) 
                          " and predictions of shape ", shape_to_string(y_pred.shape()),
                          " must have the same shape"));
   }
-  return ops::mean(ops::square(y_pred - targets));
+  if (y_pred.rank() < 1) throw ShapeError("mean_squared_error: predictions need at least one axis");
+  return ops::mean(ops::square(y_pred - targets), {-1});
 }
 
 LossPtr get(const std::string& name) {

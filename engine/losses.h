@@ -1,7 +1,11 @@
-// Losses with Keras' names and reductions: each returns the mean over the batch of the
-// per-sample loss, as a scalar tensor that can be differentiated.
+// Losses with Keras' names, formulas and reduction: call() gives the per-sample losses (Keras'
+// Loss.call) and calling the loss reduces them as Keras' default "sum_over_batch_size" does,
+// with optional sample weights: mean(losses * sample_weight), a scalar tensor that can be
+// differentiated. A loss of the user's own subclasses Loss (call and name) or is a function
+// (FunctionLoss), as in Keras.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -12,7 +16,12 @@ namespace keras::losses {
 class Loss {
  public:
   virtual ~Loss() = default;
-  virtual Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const = 0;
+  // The per-sample losses: one value per sample (per timestep too, for sequence targets).
+  virtual Tensor call(const Tensor& y_true, const Tensor& y_pred) const = 0;
+  // Keras' Loss.__call__: call(), weighted by `sample_weight` when it is given (one weight per
+  // sample, shape (batch,) or (batch, 1); per timestep, the losses' shape), then the mean over
+  // every value: sum(losses * weights) / count, the weights not renormalised.
+  Tensor operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight = Tensor()) const;
   virtual std::string name() const = 0;
   // True when labels are class indices (sparse), which decides what "accuracy" means.
   virtual bool sparse_labels() const { return false; }
@@ -25,7 +34,7 @@ using LossPtr = std::shared_ptr<const Loss>;
 class SparseCategoricalCrossentropy : public Loss {
  public:
   explicit SparseCategoricalCrossentropy(bool from_logits = false) : from_logits_(from_logits) {}
-  Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
   std::string name() const override { return "sparse_categorical_crossentropy"; }
   bool sparse_labels() const override { return true; }
   bool from_logits() const { return from_logits_; }
@@ -39,7 +48,7 @@ class SparseCategoricalCrossentropy : public Loss {
 class CategoricalCrossentropy : public Loss {
  public:
   explicit CategoricalCrossentropy(bool from_logits = false, double label_smoothing = 0.0);
-  Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
   std::string name() const override { return "categorical_crossentropy"; }
 
  private:
@@ -53,7 +62,7 @@ class CategoricalCrossentropy : public Loss {
 class BinaryCrossentropy : public Loss {
  public:
   explicit BinaryCrossentropy(bool from_logits = false, double label_smoothing = 0.0);
-  Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
   std::string name() const override { return "binary_crossentropy"; }
   bool binary_labels() const override { return true; }
 
@@ -64,7 +73,7 @@ class BinaryCrossentropy : public Loss {
 
 class MeanAbsoluteError : public Loss {
  public:
-  Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
   std::string name() const override { return "mean_absolute_error"; }
 };
 
@@ -72,7 +81,7 @@ class MeanAbsoluteError : public Loss {
 class Huber : public Loss {
  public:
   explicit Huber(double delta = 1.0);
-  Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
   std::string name() const override { return "huber_loss"; }
 
  private:
@@ -82,7 +91,7 @@ class Huber : public Loss {
 // sum(y_true * log(y_true / y_pred)) over the last axis, both clipped to [1e-7, 1].
 class KLDivergence : public Loss {
  public:
-  Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
   std::string name() const override { return "kl_divergence"; }
 };
 
@@ -90,7 +99,7 @@ class KLDivergence : public Loss {
 class CosineSimilarity : public Loss {
  public:
   explicit CosineSimilarity(std::int64_t axis = -1) : axis_(axis) {}
-  Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
   std::string name() const override { return "cosine_similarity"; }
 
  private:
@@ -99,8 +108,22 @@ class CosineSimilarity : public Loss {
 
 class MeanSquaredError : public Loss {
  public:
-  Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const override;
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
   std::string name() const override { return "mean_squared_error"; }
+};
+
+// A loss from a function of (y_true, y_pred) giving per-sample losses (Keras' loss=my_function):
+// reduced and weighted as every loss is.
+class FunctionLoss : public Loss {
+ public:
+  using Function = std::function<Tensor(const Tensor& y_true, const Tensor& y_pred)>;
+  FunctionLoss(Function function, std::string name);
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override { return function_(y_true, y_pred); }
+  std::string name() const override { return name_; }
+
+ private:
+  Function function_;
+  std::string name_;
 };
 
 // By Keras name: sparse_categorical_crossentropy, categorical_crossentropy,

@@ -143,6 +143,136 @@ TEST(KerasSchedules, DriveTheOptimizerAsInKeras) {
   expect_throw_with<ValueError>([] { optimizers::schedules::CosineDecay(0.1, 0); }, "decay_steps must be a positive");
 }
 
+// Each loss with sample weights: Keras' sum_over_batch_size, sum(losses * weights) / count.
+TEST(KerasLosses, SampleWeightsReduceAsInKeras) {
+  using namespace reference;
+  Tensor weights = tensor(kLossSampleWeights, {4});
+  Tensor labels = ops::cast(tensor(kSparseLabels, {4}), int64);
+  struct Case {
+    const char* name;
+    losses::LossPtr loss;
+    Tensor y_true, y_pred;
+    double keras_value;
+  };
+  const std::vector<Case> cases = {
+      {"sparse_categorical_crossentropy", std::make_shared<losses::SparseCategoricalCrossentropy>(true), labels,
+       tensor(kLogits, {4, 3}), kWeightedSparseCategoricalCrossentropy},
+      {"categorical_crossentropy", std::make_shared<losses::CategoricalCrossentropy>(), tensor(kOneHot, {4, 3}),
+       tensor(kProbabilities, {4, 3}), kWeightedCategoricalCrossentropy},
+      {"binary_crossentropy", std::make_shared<losses::BinaryCrossentropy>(true), tensor(kBinaryTargets, {4, 3}),
+       tensor(kLogits, {4, 3}), kWeightedBinaryCrossentropy},
+      {"mean_squared_error", std::make_shared<losses::MeanSquaredError>(), tensor(kRegressionTargets, {4, 3}),
+       tensor(kRegressionPredictions, {4, 3}), kWeightedMeanSquaredError},
+      {"mean_absolute_error", std::make_shared<losses::MeanAbsoluteError>(), tensor(kRegressionTargets, {4, 3}),
+       tensor(kRegressionPredictions, {4, 3}), kWeightedMeanAbsoluteError},
+      {"huber", std::make_shared<losses::Huber>(), tensor(kRegressionTargets, {4, 3}),
+       tensor(kRegressionPredictions, {4, 3}), kWeightedHuber},
+      {"kl_divergence", std::make_shared<losses::KLDivergence>(), tensor(kOneHot, {4, 3}),
+       tensor(kProbabilities, {4, 3}), kWeightedKLDivergence},
+      {"cosine_similarity", std::make_shared<losses::CosineSimilarity>(), tensor(kRegressionTargets, {4, 3}),
+       tensor(kRegressionPredictions, {4, 3}), kWeightedCosineSimilarity},
+  };
+  for (const Case& test : cases) {
+    EXPECT_NEAR((*test.loss)(test.y_true, test.y_pred, weights).item(), test.keras_value,
+                1e-6 * std::max(1.0, std::abs(test.keras_value)))
+        << test.name;
+    // Weights of shape (batch, 1) are the same weights.
+    EXPECT_NEAR((*test.loss)(test.y_true, test.y_pred, ops::reshape(weights, {4, 1})).item(), test.keras_value,
+                1e-6 * std::max(1.0, std::abs(test.keras_value)))
+        << test.name << " (batch, 1)";
+  }
+  expect_throw_with<ShapeError>(
+      [&] { losses::MeanSquaredError()(tensor(kRegressionTargets, {4, 3}), tensor(kRegressionPredictions, {4, 3}),
+                                       Tensor::ones({3})); },
+      "sample_weight of shape (3,) does not fit the per-sample losses of shape (4,)");
+  // A loss from a function of the user's own reduces and weighs as the built-in ones.
+  losses::FunctionLoss squared([](const Tensor& y, const Tensor& p) { return ops::mean(ops::square(p - y), {-1}); },
+                               "my_mse");
+  EXPECT_NEAR(squared(tensor(kRegressionTargets, {4, 3}), tensor(kRegressionPredictions, {4, 3}), weights).item(),
+              kWeightedMeanSquaredError, 1e-6 * std::max(1.0, kWeightedMeanSquaredError));
+}
+
+// fit() with Keras' options against Keras' fit of the same Dense layer: sample_weight,
+// class_weight with validation_split and validation_freq, initial_epoch and steps_per_epoch.
+struct KerasFitRun {
+  History history;
+  std::vector<double> weights;
+};
+
+KerasFitRun fit_like_keras(const FitOptions& options) {
+  using namespace reference;
+  clear_session();
+  Sequential model({layers::Dense(3)});
+  model.compile(optimizers::SGD(0.1), losses::SparseCategoricalCrossentropy(true), {"accuracy"});
+  Tensor x = tensor(kFitX, {12, 4});
+  model.predict(x);  // builds it
+  std::vector<Variable*> variables = model.variables();
+  variables.at(0)->value.assign(tensor(kFitKernel, {4, 3}));
+  variables.at(1)->value.assign(tensor(kFitBias, {3}));
+  FitOptions settings = options;
+  settings.batch_size = 4;
+  settings.shuffle = false;
+  settings.verbose = 0;
+  KerasFitRun run;
+  run.history = model.fit(x, ops::cast(tensor(kFitY, {12}), int64), settings);
+  for (Variable* variable : model.variables()) {
+    for (double value : variable->value.to_vector<double>()) run.weights.push_back(value);
+  }
+  return run;
+}
+
+TEST(KerasFit, SampleAndClassWeightsMatchKeras) {
+  using namespace reference;
+  FitOptions weighted;
+  weighted.epochs = 2;
+  weighted.sample_weight = tensor(kFitSampleWeight, {12});
+  KerasFitRun by_sample = fit_like_keras(weighted);
+  testing::expect_close(by_sample.weights, kFitSampleWeightedWeights, 1e-5, "sample_weight weights");
+  testing::expect_close(by_sample.history.history.at("loss"), kFitSampleWeightedLoss, 1e-5, "sample_weight loss");
+
+  FitOptions by_class;
+  by_class.epochs = 3;
+  by_class.class_weight = {{0, 1.0}, {1, 2.0}, {2, 0.5}};
+  by_class.validation_split = 0.25;
+  by_class.validation_freq = 2;
+  KerasFitRun run = fit_like_keras(by_class);
+  testing::expect_close(run.weights, kFitClassWeightedWeights, 1e-5, "class_weight weights");
+  testing::expect_close(run.history.history.at("loss"), kFitClassWeightedLoss, 1e-5, "class_weight loss");
+  testing::expect_close(run.history.history.at("accuracy"), kFitClassWeightedAccuracy, 1e-6, "accuracy");
+  // Validation after the second epoch only: one value each.
+  testing::expect_close(run.history.history.at("val_loss"), kFitClassWeightedValLoss, 1e-5, "val_loss");
+  testing::expect_close(run.history.history.at("val_accuracy"), kFitClassWeightedValAccuracy, 1e-6, "val_accuracy");
+
+  FitOptions both = weighted;
+  both.class_weight = {{0, 2.0}};
+  expect_throw_with<ValueError>([&] { fit_like_keras(both); }, "give sample_weight or class_weight, not both");
+  FitOptions missing;
+  missing.class_weight = {{0, 2.0}};
+  expect_throw_with<ValueError>([&] { fit_like_keras(missing); }, "class_weight covers the classes 0 to 0");
+  FitOptions too_small;
+  too_small.validation_split = 0.95;  // floor(12 * 0.05) = 0 training samples
+  expect_throw_with<ValueError>([&] { fit_like_keras(too_small); }, "not enough to split it");
+  FitOptions bad_split;
+  bad_split.validation_split = 1.0;
+  expect_throw_with<ValueError>([&] { fit_like_keras(bad_split); }, "validation_split must be in [0, 1), got 1");
+}
+
+TEST(KerasFit, InitialEpochAndStepsPerEpochMatchKeras) {
+  using namespace reference;
+  FitOptions options;
+  options.epochs = 3;
+  options.initial_epoch = 1;
+  options.steps_per_epoch = 2;  // a pass is 3 batches: the second epoch runs out after one
+  ::testing::internal::CaptureStderr();
+  KerasFitRun run = fit_like_keras(options);
+  std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warnings.find("the data ran out after 1 of this epoch's steps_per_epoch=2 batches"), std::string::npos)
+      << warnings;
+  ASSERT_EQ(run.history.epoch, (std::vector<int>{1, 2}));
+  testing::expect_close(run.weights, kFitStepsWeights, 1e-5, "steps_per_epoch weights");
+  testing::expect_close(run.history.history.at("loss"), kFitStepsLoss, 1e-5, "steps_per_epoch loss");
+}
+
 // Four steps of each optimizer (and clipping) on two variables: Keras' weights after each.
 TEST(KerasOptimizers, MatchKerasStepByStep) {
   struct Case {

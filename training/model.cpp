@@ -289,7 +289,7 @@ Tensor Model::compute_loss(const StepData& data, const std::vector<Tensor>& y_pr
     throw ValueError(str("compute_loss: model '", name(), "' has ", losses_.size(), " output(s) and takes one target ",
                          "array for each, got ", data.y.size()));
   }
-  return Trainer(*this).compute_loss(data.y, y_pred, nullptr);
+  return Trainer(*this).compute_loss(data.y, y_pred, nullptr, data.sample_weight);
 }
 
 void Model::apply_gradients(const Tensor& loss) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "distribution/runtime/collective_log.h"
@@ -36,6 +37,11 @@ class LossSpec {
   template <typename L>
     requires std::derived_from<L, losses::Loss>
   LossSpec(L loss) : loss_(std::make_shared<L>(std::move(loss))) {}
+  // A function of (y_true, y_pred) giving per-sample losses, as Keras' loss=my_function; it logs
+  // as "custom_loss" (name it with losses::FunctionLoss(function, name)).
+  template <typename F>
+    requires(std::is_invocable_r_v<Tensor, F, const Tensor&, const Tensor&> && !std::derived_from<F, losses::Loss>)
+  LossSpec(F function) : loss_(std::make_shared<losses::FunctionLoss>(std::move(function), "custom_loss")) {}
   const losses::LossPtr& get() const { return loss_; }
 
  private:
@@ -62,6 +68,7 @@ struct ValidationData {
   Tensor x, y;
   // For a model of several inputs or outputs (x and y above stay undefined).
   std::vector<Tensor> inputs = {}, targets = {};
+  Tensor sample_weight = {};  // Keras' (x, y, sample_weight) validation tuple
   bool defined() const { return x.defined() || y.defined() || !inputs.empty() || !targets.empty(); }
 };
 
@@ -75,11 +82,26 @@ struct FitOptions {
   // the KERAS_PROGRESS flag are in training/progress_output.h); 0 silent; 1 bar; 2 epoch lines.
   Verbose verbose = "auto";
   std::int64_t validation_batch_size = 0;  // 0: same as batch_size
+  // Keras' validation_split: the last fraction of the samples (before shuffling) validates,
+  // unless validation_data is given; in [0, 1).
+  double validation_split = 0.0;
+  // Validation runs after every validation_freq-th epoch.
+  int validation_freq = 1;
+  // The epoch to start at (its index, as in Keras): fit runs epochs initial_epoch .. epochs-1.
+  int initial_epoch = 0;
+  // Batches per epoch; 0: one pass over the data. With fewer, the next epoch goes on through
+  // the same pass; a pass that runs out ends its epoch early (with a warning), as in Keras.
+  std::int64_t steps_per_epoch = 0;
+  // One weight per sample for the losses (Keras' sample_weight), or one per class
+  // (class_weight: single-output models; classes left out weigh 1); one of the two, as Keras.
+  Tensor sample_weight = {};
+  std::map<std::int64_t, double> class_weight = {};
 };
 
 struct EvaluateOptions {
   std::int64_t batch_size = 32;
   Verbose verbose = "auto";
+  Tensor sample_weight = {};  // one weight per sample for the losses
 };
 
 struct History {
@@ -91,6 +113,7 @@ struct History {
 // batch, one array per model input (x) and per output (y), on the model's device.
 struct StepData {
   std::vector<Tensor> x, y;
+  Tensor sample_weight = {};  // one weight per row (fit's sample_weight and class_weight), or none
 };
 
 // fit's or evaluate's step in progress, which apply_gradients and the default train_step and

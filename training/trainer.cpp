@@ -219,12 +219,73 @@ Tensor to_data_layout(const Tensor& outputs) {
 // The loss on the model's outputs as they lie: its ops follow their sharding rules as a layer's
 // do (docs/ARCHITECTURE.md, "Sharding at op dispatch"), so logits split by class stay split
 // (the softmax rule: Megatron's vocabulary-parallel cross-entropy, with no code of its own).
-Tensor loss_on_outputs(const losses::Loss& loss, const Tensor& y, const Tensor& outputs) {
+Tensor loss_on_outputs(const losses::Loss& loss, const Tensor& y, const Tensor& outputs, const Tensor& sample_weight) {
   const distribution::ShardingContext* context = distribution::StepContext::sharding();
-  if (context == nullptr || !outputs.annotation()) return loss(y, outputs);
+  if (context == nullptr || !outputs.annotation()) return loss(y, outputs, sample_weight);
   distribution::ShardingPropagator propagator(*context, "loss", nullptr);
   ShardedOpScope sharded_ops(&propagator);
-  return loss(y, outputs);
+  return loss(y, outputs, sample_weight);
+}
+
+// Keras' sample weights of a fit or evaluate call, one per sample: `sample_weight` (shape
+// (samples,) or (samples, 1); per timestep, (samples, steps)) or, from `class_weight`, the
+// weight of each sample's class (labels y[0]: class indices, or one-hot rows whose argmax is the
+// class; classes the map leaves out weigh 1, as in Keras, which takes one of the two, not
+// both). Undefined when neither is given.
+Tensor sample_weights_for(const TensorList& y, const Tensor& sample_weight,
+                          const std::map<std::int64_t, double>& class_weight, std::int64_t samples, const char* what) {
+  NoGradGuard no_grad;
+  Tensor weights;
+  if (sample_weight.defined()) {
+    if (sample_weight.rank() == 0 || sample_weight.dim(0) != samples) {
+      throw ShapeError(str(what, ": sample_weight of shape ", shape_to_string(sample_weight.shape()), " for ", samples,
+                           " samples; expected one weight per sample, shape (", samples, ",)"));
+    }
+    if (!is_floating(sample_weight.dtype()) && sample_weight.dtype() != int32 && sample_weight.dtype() != int64) {
+      throw DTypeError(str(what, ": sample_weight must be numbers, got ", dtype_name(sample_weight.dtype())));
+    }
+    weights = ops::cast(sample_weight, float32).to(Device::cpu());
+    for (double value : weights.to_vector<double>()) {
+      if (!std::isfinite(value) || value < 0) {
+        throw ValueError(str(what, ": sample_weight must be finite numbers >= 0, got ", value));
+      }
+    }
+  }
+  if (class_weight.empty()) return weights;
+  if (weights.defined()) {
+    throw ValueError(str(what, ": give sample_weight or class_weight, not both (Keras takes one): multiply the class ",
+                         "weights into sample_weight yourself"));
+  }
+  if (y.size() != 1) {
+    throw ValueError(str(what, ": class_weight is only supported for models with a single output (Keras' rule); this ",
+                         "one has ", y.size(), ": give sample_weight instead"));
+  }
+  std::int64_t largest = -1;
+  for (const auto& [label, weight] : class_weight) {
+    if (label < 0) throw ValueError(str(what, ": class_weight has the class ", label, "; classes are indices >= 0"));
+    if (!std::isfinite(weight) || weight < 0) {
+      throw ValueError(str(what, ": class_weight[", label, "] must be a finite number >= 0, got ", weight));
+    }
+    largest = std::max(largest, label);
+  }
+  Tensor labels = y[0];
+  if (labels.rank() > 1) labels = labels.shape().back() == 1 ? ops::squeeze(labels, -1) : ops::argmax(labels, -1);
+  if (labels.rank() != 1) {
+    throw ShapeError(str(what, ": class_weight needs one class per sample; the targets have shape ",
+                         shape_to_string(y[0].shape())));
+  }
+  std::vector<double> classes = ops::cast(labels, float64).to(Device::cpu()).to_vector<double>();
+  std::vector<float> per_sample(classes.size());
+  for (std::size_t i = 0; i < classes.size(); ++i) {
+    const auto label = static_cast<std::int64_t>(std::llround(classes[i]));
+    if (label < 0 || label > largest) {
+      throw ValueError(str(what, ": class_weight covers the classes 0 to ", largest, " but sample ", i, " is of class ",
+                           label, "; give a weight for every class up to the largest"));
+    }
+    auto found = class_weight.find(label);
+    per_sample[i] = static_cast<float>(found == class_weight.end() ? 1.0 : found->second);
+  }
+  return Tensor::from_vector(per_sample, {static_cast<std::int64_t>(per_sample.size())});
 }
 
 }  // namespace
@@ -270,14 +331,15 @@ TensorList Trainer::forward(const TensorList& x, bool training) {
   return model_(x, training);
 }
 
-Tensor Trainer::compute_loss(const TensorList& y, const TensorList& outputs, TensorList* output_losses) {
+Tensor Trainer::compute_loss(const TensorList& y, const TensorList& outputs, TensorList* output_losses,
+                             const Tensor& sample_weight) {
   if (outputs.size() != model_.losses_.size()) {
     throw ValueError(str("model '", model_.name(), "' gave ", outputs.size(), " outputs, but was compiled with ",
                          model_.losses_.size(), " losses"));
   }
   Tensor total;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
-    Tensor value = loss_on_outputs(*model_.losses_[i], y[i], outputs[i]);
+    Tensor value = loss_on_outputs(*model_.losses_[i], y[i], outputs[i], sample_weight);
     // A weight of 1 multiplies nothing: one output's loss is the loss itself, bit for bit.
     if (model_.loss_weights_[i] != 1.0) value = value * model_.loss_weights_[i];
     if (output_losses != nullptr && outputs.size() > 1) output_losses->push_back(value.detach());
@@ -295,9 +357,8 @@ TensorList Trainer::metric_inputs(const TensorList& outputs) const {
   return predictions;
 }
 
-Trainer::StepResult Trainer::train_step(const TensorList& x, const TensorList& y, double loss_scale,
-                                        const BatchShard& context, const BatchShard::Rows* rows,
-                                        std::optional<bool> read_logs_here) {
+Trainer::StepResult Trainer::train_step(const StepData& data, double loss_scale, const BatchShard& context,
+                                        const BatchShard::Rows* rows, std::optional<bool> read_logs_here) {
   distribution::CollectiveLog::Scope collectives;
   // The step's sharding, resolved once for the forward pass, the loss and the backward pass.
   distribution::StepContext step_context;
@@ -309,12 +370,12 @@ Trainer::StepResult Trainer::train_step(const TensorList& x, const TensorList& y
     if (rows != nullptr) scope.emplace(*rows);
     // Runs even on zero rows (a process may get none of a dataset's last, small batch): every
     // process then makes the same calls, so per-call state (Dropout's key) stays in step.
-    TensorList outputs = forward(x, /*training=*/true);
+    TensorList outputs = forward(data.x, /*training=*/true);
     // The loss takes the outputs as they lie (logits split by class are not gathered for it);
     // the metrics, when there are any, see them whole.
     TensorList output_losses;
-    loss = compute_loss(y, outputs, &output_losses);
-    const bool rows_here = x[0].dim(0) > 0;
+    loss = compute_loss(data.y, outputs, &output_losses, data.sample_weight);
+    const bool rows_here = data.x[0].dim(0) > 0;
     result = {rows_here ? loss.detach() : Tensor(), rows_here ? output_losses : TensorList(), metric_inputs(outputs),
               std::nullopt};
   }
@@ -380,15 +441,15 @@ void Trainer::apply_gradients(const Tensor& loss, double loss_scale, const Batch
   for (Tensor& variable : variables) variable.zero_grad();
 }
 
-std::optional<Trainer::StepResult> Trainer::call_train_step(const TensorList& x, const TensorList& y,
-                                                            double loss_scale, const BatchShard& context,
+std::optional<Trainer::StepResult> Trainer::call_train_step(const StepData& batch, double loss_scale,
+                                                            const BatchShard& context,
                                                             const BatchShard::Rows* rows,
                                                             std::optional<bool> read_logs_here,
                                                             std::optional<Logs>& custom_logs) {
   ActiveStep step;
   step.training = true;
   step.run_builtin = [&](const StepData& data) {
-    return train_step(data.x, data.y, loss_scale, context, rows, read_logs_here);
+    return train_step(data, loss_scale, context, rows, read_logs_here);
   };
   step.apply_gradients = [&](const Tensor& loss) {
     apply_gradients(loss, loss_scale, context, std::nullopt, nullptr);
@@ -400,7 +461,7 @@ std::optional<Trainer::StepResult> Trainer::call_train_step(const TensorList& x,
   std::optional<BatchShard::StepScope> scope;
   if (rows != nullptr) scope.emplace(*rows);
   for (Tensor& variable : model_.trainable_weights()) variable.zero_grad();
-  Logs logs = model_.train_step(StepData{x, y});
+  Logs logs = model_.train_step(batch);
   if (step.builtin_result) return std::move(step.builtin_result);
   custom_logs = std::move(logs);
   model_.last_step_collectives_ = collectives.totals();
@@ -420,7 +481,7 @@ double Trainer::train_on_batch(const TensorList& x, const TensorList& y) {
   double scale = rows_total > 0 ? double(end - begin) / double(rows_total) : 1.0;
   BatchShard::Rows rows{rows_total, begin, end - begin};
   std::optional<Logs> custom_logs;
-  std::optional<StepResult> stepped = call_train_step(x_local, y_local, scale, context,
+  std::optional<StepResult> stepped = call_train_step(StepData{x_local, y_local}, scale, context,
                                                       context.distributed() ? &rows : nullptr, std::nullopt,
                                                       custom_logs);
   if (!stepped) {
@@ -442,16 +503,36 @@ double Trainer::train_on_batch(const TensorList& x, const TensorList& y) {
   return totals[1] > 0 ? totals[0] / totals[1] : 0.0;
 }
 
-History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions& options) {
+History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const FitOptions& options) {
   model_.check_compiled("fit");
-  check_data(x, y, "fit");
+  check_data(given_x, given_y, "fit");
   if (options.batch_size <= 0) {
     throw ValueError(str("fit: batch_size must be a positive integer, got ", options.batch_size));
   }
   if (options.epochs < 0) throw ValueError(str("fit: epochs must be >= 0, got ", options.epochs));
-  // Validation arrays: ValidationData's x and y, or its lists for several inputs or outputs.
+  if (options.initial_epoch < 0) throw ValueError(str("fit: initial_epoch must be >= 0, got ", options.initial_epoch));
+  if (options.steps_per_epoch < 0) {
+    throw ValueError(str("fit: steps_per_epoch must be >= 0 (0: one pass over the data), got ", options.steps_per_epoch));
+  }
+  if (options.validation_freq < 1) {
+    throw ValueError(str("fit: validation_freq must be a positive integer, got ", options.validation_freq));
+  }
+  if (!(options.validation_split >= 0.0 && options.validation_split < 1.0)) {
+    throw ValueError(str("fit: validation_split must be in [0, 1), got ", options.validation_split));
+  }
+  const std::int64_t given_samples = given_x[0].dim(0);
+  // One weight per sample from sample_weight (undefined without); class_weight's come after
+  // the split, for the training samples only, as in Keras.
+  Tensor given_weights = sample_weights_for(given_y, options.sample_weight, {}, given_samples, "fit");
+  if (options.sample_weight.defined() && !options.class_weight.empty()) {
+    throw ValueError("fit: give sample_weight or class_weight, not both (Keras takes one): multiply the class weights "
+                     "into sample_weight yourself");
+  }
+  // Validation arrays: ValidationData's x and y, or its lists for several inputs or outputs;
+  // else, with validation_split, the last samples of the arrays (before shuffling), as Keras.
   const ValidationData& validation_data = options.validation_data;
   TensorList validation_x = validation_data.inputs, validation_y = validation_data.targets;
+  Tensor validation_weights = validation_data.sample_weight;
   if (validation_data.x.defined() || validation_data.y.defined()) {
     if (!validation_x.empty() || !validation_y.empty()) {
       throw ValueError("fit: validation_data gives both x/y and inputs/targets; give one pair");
@@ -459,11 +540,48 @@ History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions&
     validation_x = {validation_data.x};
     validation_y = {validation_data.y};
   }
-  if (validation_data.defined()) check_data(validation_x, validation_y, "fit validation_data");
+  TensorList x = given_x, y = given_y;
+  Tensor weights = given_weights;
+  if (validation_data.defined()) {
+    check_data(validation_x, validation_y, "fit validation_data");
+    validation_weights = sample_weights_for(validation_y, validation_weights, {}, validation_x[0].dim(0),
+                                            "fit validation_data");
+  } else if (options.validation_split > 0) {
+    const auto split_at = static_cast<std::int64_t>(std::floor(double(given_samples) * (1.0 - options.validation_split)));
+    if (split_at == 0 || split_at == given_samples) {
+      throw ValueError(str("fit: the training data has ", given_samples, " samples, which is not enough to split it into ",
+                           "a validation and a training set as validation_split=", options.validation_split,
+                           " asks; give more data or another validation_split"));
+    }
+    auto split = [&](const Tensor& array, std::int64_t begin, std::int64_t end) {
+      Shape starts(array.rank(), 0);
+      starts[0] = begin;
+      Shape sizes = array.shape();
+      sizes[0] = end - begin;
+      return ops::slice(array, starts, sizes);
+    };
+    x.clear();
+    y.clear();
+    for (const Tensor& array : given_x) {
+      x.push_back(split(array, 0, split_at));
+      validation_x.push_back(split(array, split_at, given_samples));
+    }
+    for (const Tensor& array : given_y) {
+      y.push_back(split(array, 0, split_at));
+      validation_y.push_back(split(array, split_at, given_samples));
+    }
+    if (given_weights.defined()) {
+      weights = split(given_weights, 0, split_at);
+      validation_weights = split(given_weights, split_at, given_samples);
+    }
+  }
+  if (!options.class_weight.empty()) weights = sample_weights_for(y, Tensor(), options.class_weight, y[0].dim(0), "fit");
+  const bool validates = !validation_x.empty();
   BatchShard context = BatchShard::current("fit");
   std::int64_t samples = x[0].dim(0);
   context.check_same({samples, options.batch_size, options.epochs, options.shuffle ? 1 : 0,
-                      validation_data.defined() ? validation_x[0].dim(0) : -1},
+                      validates ? validation_x[0].dim(0) : -1, options.initial_epoch, options.steps_per_epoch,
+                      options.validation_freq, weights.defined() ? 1 : 0},
                      "fit");
   if (options.batch_size % context.shards() != 0) {
     throw ValueError(str("fit: batch_size is the global batch and must be divisible by the ",
@@ -471,7 +589,10 @@ History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions&
                          options.batch_size));
   }
   std::int64_t batch_size = std::min(options.batch_size, std::max<std::int64_t>(samples, 1));
-  std::int64_t steps = (samples + batch_size - 1) / batch_size;
+  std::int64_t steps = (samples + batch_size - 1) / batch_size;  // batches in a pass over the data
+  const std::int64_t epoch_steps = options.steps_per_epoch > 0 ? options.steps_per_epoch : steps;
+  std::vector<std::int64_t> order;  // the pass's permutation of the samples
+  std::int64_t pass_batch = 0;      // the pass's next batch, with steps_per_epoch
   // Resolved on every process (a bad KERAS_PROGRESS fails them all alike), used on the first.
   const int resolved_verbose = options.verbose.resolve();
   int verbose = context.prints() ? resolved_verbose : 0;
@@ -488,18 +609,24 @@ History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions&
     position.epoch_learning_rate = model_.optimizer_->learning_rate();
     position.samples = samples;
     position.batch_size = batch_size;
-    position.steps = steps;
+    position.steps = epoch_steps;
     position.epochs = options.epochs;
     return position;
   };
-  model_.position_ = position_at(0, 0);
+  model_.position_ = position_at(options.initial_epoch, 0);
   for (const CallbackPtr& callback : options.callbacks) callback->on_train_begin(model_);
-  int first_epoch = 0;
+  int first_epoch = options.initial_epoch;
   std::int64_t first_step = 0;
   std::vector<double> resumed_totals;
   if (model_.resume_from_) {
     TrainingPosition resumed = std::move(*model_.resume_from_);
     model_.resume_from_.reset();
+    if (options.steps_per_epoch > 0) {
+      // Its epochs run on through one pass of the data; where a pass stood is not saved.
+      throw ValueError(str("fit: resuming a run (BackupAndRestore) with steps_per_epoch=", options.steps_per_epoch,
+                           " is not supported: where each epoch stood in its pass over the data is not saved; ",
+                           "fit with steps_per_epoch=0 (one pass per epoch) to resume"));
+    }
     check_resumable(resumed, model_.position_, model_.metric_names_.size());
     restore_shuffle_state(shuffle_engine, resumed.shuffle_state);
     first_epoch = resumed.epoch;
@@ -516,12 +643,17 @@ History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions&
     model_.position_ = position_at(epoch, start_step);
     for (const CallbackPtr& callback : options.callbacks) callback->on_epoch_begin(model_, epoch);
     if (verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
-    std::vector<std::int64_t> order = permutation(samples, options.shuffle, shuffle_engine);
+    // Each epoch is a pass over the data, shuffled anew; with steps_per_epoch an epoch takes
+    // that many batches and the next goes on through the same pass, as Keras' epoch iterator.
+    if (options.steps_per_epoch == 0 || pass_batch == 0) {
+      order = permutation(samples, options.shuffle, shuffle_engine);
+      pass_batch = 0;
+    }
     EpochLogs epoch_logs(model_.losses_.size(), model_.compiled_metrics_, model_.loss_tracker_);
     // A run resumed mid-epoch starts from the saved global totals of the batches done; the
     // first process of the data-parallel group holds them (logs sum over that group).
     if (start_step > 0 && context.shard_id() == 0) epoch_logs.add_totals(resumed_totals);
-    ProgressBar bar(steps, verbose);
+    ProgressBar bar(epoch_steps, verbose);
     Logs logs;
     // The logs are read (a wait for the device and, under data parallelism, a sum over the
     // processes) only after the batches that need them: where a callback asks, every batch
@@ -533,12 +665,24 @@ History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions&
       logs_through = start_step;
     }
     std::int64_t steps_done = start_step;
-    for (std::int64_t step = start_step; step < steps; ++step) {
-      std::int64_t global_begin = step * batch_size;
+    for (std::int64_t step = start_step; step < epoch_steps; ++step) {
+      const std::int64_t batch = options.steps_per_epoch > 0 ? pass_batch : step;
+      if (batch >= steps) {
+        if (context.prints()) {
+          std::fprintf(stderr,
+                       "warning: fit: the data ran out after %lld of this epoch's steps_per_epoch=%lld batches (a pass "
+                       "is %lld batches); the epoch ends here and the next starts a new pass\n",
+                       static_cast<long long>(step), static_cast<long long>(epoch_steps),
+                       static_cast<long long>(steps));
+        }
+        break;
+      }
+      std::int64_t global_begin = batch * batch_size;
       std::int64_t global_end = std::min(samples, global_begin + batch_size);
       auto [begin, end] = context.local_rows(global_begin, global_end);
-      TensorList x_batch = batch_rows(x, order, begin, end);
-      TensorList y_batch = batch_rows(y, order, begin, end);
+      StepData step_data{batch_rows(x, order, begin, end), batch_rows(y, order, begin, end),
+                         weights.defined() ? batch_rows(weights, order, begin, end) : Tensor()};
+      const TensorList& y_batch = step_data.y;
       double scale = double(end - begin) / double(global_end - global_begin);
       BatchShard::Rows rows{global_end - global_begin, begin - global_begin, end - begin};
       // Whether this process wants the logs after this batch is known before it: the flag
@@ -551,11 +695,12 @@ History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions&
       read_logs_here = read_logs_here || epoch_logs.pending_terms() + (end > begin ? 1 : 0) >=
                                              metrics::RunningTotal::kReadAfterTerms;
       std::optional<Logs> custom_logs;
-      std::optional<StepResult> result = call_train_step(x_batch, y_batch, scale, context,
+      std::optional<StepResult> result = call_train_step(step_data, scale, context,
                                                          context.distributed() ? &rows : nullptr, read_logs_here,
                                                          custom_logs);
       if (result) epoch_logs.add(*result, y_batch, static_cast<double>(end - begin));
       steps_done = step + 1;
+      if (options.steps_per_epoch > 0) ++pass_batch;
       // A train_step of the user's own returns its logs, read already (metric_results()).
       const bool read_logs = !result                              ? true
                              : result->read_logs_on_any_process ? *result->read_logs_on_any_process
@@ -588,17 +733,18 @@ History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions&
       }
       // As Keras: a callback that sets stop_training ends the epoch after this batch.
       if (model_.stop_training) break;
-      if (read_logs && verbose == 1 && step + 1 < steps) bar.update(step + 1, logs, false);
+      if (read_logs && verbose == 1 && step + 1 < epoch_steps) bar.update(step + 1, logs, false);
     }
     if (logs_through != steps_done) {
       logs = global_logs(context, epoch_logs, model_.metric_names_, &model_.position_.totals);
       logs_through = steps_done;
     }
     if (!model_.position_.totals.empty()) epoch_logs.hold_global_state(model_.position_.totals);
-    if (validation_data.defined()) {
+    if (options.steps_per_epoch > 0 && pass_batch >= steps) pass_batch = 0;  // the next epoch starts a pass
+    if (validates && (epoch + 1) % options.validation_freq == 0) {
       std::int64_t validation_batch =
           options.validation_batch_size > 0 ? options.validation_batch_size : batch_size;
-      auto validation = run_evaluation(validation_x, validation_y, validation_batch, 0);
+      auto validation = run_evaluation(validation_x, validation_y, validation_weights, validation_batch, 0);
       for (const auto& [name, value] : validation) logs["val_" + name] = value;
     }
     model_.position_ = position_at(epoch + 1, 0);
@@ -607,7 +753,7 @@ History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions&
     }
     // After the callbacks, as Keras' History and progress bar come last: they see what the
     // callbacks added to the logs ("learning_rate").
-    if (verbose > 0) bar.update(steps, logs, true);
+    if (verbose > 0) bar.update(epoch_steps, logs, true);
     history.epoch.push_back(epoch);
     for (const auto& [name, value] : logs) history.history[name].push_back(value);
   }
@@ -619,14 +765,15 @@ History Trainer::fit(const TensorList& x, const TensorList& y, const FitOptions&
 }
 
 std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const TensorList& y,
-                                                      std::int64_t batch_size, int verbose) {
+                                                      const Tensor& sample_weight, std::int64_t batch_size,
+                                                      int verbose) {
   if (batch_size <= 0) {
     throw ValueError(str("evaluate: batch_size must be a positive integer, got ", batch_size));
   }
   NoGradGuard no_grad;
   BatchShard context = BatchShard::current("evaluate");
   std::int64_t samples = x[0].dim(0);
-  context.check_same({samples, batch_size}, "evaluate");
+  context.check_same({samples, batch_size, sample_weight.defined() ? 1 : 0}, "evaluate");
   if (!context.prints()) verbose = 0;
   std::int64_t steps = (samples + batch_size - 1) / batch_size;
   EpochLogs totals(model_.losses_.size(), model_.compiled_metrics_, model_.loss_tracker_);
@@ -644,21 +791,21 @@ std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const
     // Runs on every process, even one without rows in a small last batch, as fit's step does:
     // a test_step of the user's own may communicate (metric_results), and all must call it.
     distribution::StepContext step_context;
-    TensorList x_batch = batch_rows(x, order, begin, end);
-    TensorList y_batch = batch_rows(y, order, begin, end);
+    StepData batch{batch_rows(x, order, begin, end), batch_rows(y, order, begin, end),
+                   sample_weight.defined() ? batch_rows(sample_weight, order, begin, end) : Tensor()};
     ActiveStep active;
     active.training = false;
     active.run_builtin = [&](const StepData& data) {
       TensorList outputs = forward(data.x, /*training=*/false);
       StepResult result;
-      result.loss = compute_loss(data.y, outputs, &result.output_losses);
+      result.loss = compute_loss(data.y, outputs, &result.output_losses, data.sample_weight);
       result.predictions = metric_inputs(outputs);
       return result;
     };
     Logs returned;
     {
       ActiveStepBinding binding(model_.active_step_, active);
-      returned = model_.test_step(StepData{x_batch, y_batch});
+      returned = model_.test_step(batch);
     }
     if (!active.builtin_result) {
       // The user's test_step returned its logs, read already (metric_results()).
@@ -666,7 +813,7 @@ std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const
       if (verbose == 1) bar.update(step + 1, results, step + 1 == steps);
       continue;
     }
-    totals.add(*active.builtin_result, y_batch, count);
+    totals.add(*active.builtin_result, batch.y, count);
     bool read = context.any_process(
         bar_each_batch || totals.pending_terms() >= metrics::RunningTotal::kReadAfterTerms);
     if (read || step + 1 == steps) results = global_logs(context, totals, model_.metric_names_, &global);
@@ -681,7 +828,8 @@ std::map<std::string, double> Trainer::evaluate(const TensorList& x, const Tenso
                                                 const EvaluateOptions& options) {
   model_.check_compiled("evaluate");
   check_data(x, y, "evaluate");
-  return run_evaluation(x, y, options.batch_size, options.verbose.resolve());
+  Tensor weights = sample_weights_for(y, options.sample_weight, {}, x[0].dim(0), "evaluate");
+  return run_evaluation(x, y, weights, options.batch_size, options.verbose.resolve());
 }
 
 TensorList Trainer::predict(const TensorList& x, std::int64_t batch_size) {

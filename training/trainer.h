@@ -37,7 +37,9 @@ class Trainer {
 
   // The total loss: each output's loss on the outputs as they lie, weighted, summed; with
   // several outputs each weighted loss is added to `output_losses` (detached) too.
-  Tensor compute_loss(const TensorList& y, const TensorList& outputs, TensorList* output_losses);
+  // `sample_weight` (one per row, or undefined) weighs every output's per-sample losses.
+  Tensor compute_loss(const TensorList& y, const TensorList& outputs, TensorList* output_losses,
+                      const Tensor& sample_weight = Tensor());
 
  private:
   // The arrays agree with the model (one per input and output) and have one sample count.
@@ -51,9 +53,8 @@ class Trainer {
   // distribution/runtime/batch_shard.h; `rows` places this process's rows in the global batch (null when
   // it is not split). `read_logs_here`: whether this process wants the logs after the step,
   // agreed with the others through the gradients where it can (StepResult).
-  StepResult train_step(const TensorList& x, const TensorList& y, double loss_scale,
-                        const BatchShard& context, const BatchShard::Rows* rows,
-                        std::optional<bool> read_logs_here = std::nullopt);
+  StepResult train_step(const StepData& data, double loss_scale, const BatchShard& context,
+                        const BatchShard::Rows* rows, std::optional<bool> read_logs_here = std::nullopt);
   // train_step's second half: the gradients of `loss` summed over the data-parallel group
   // (scaled by `loss_scale`, in buckets during backward), then the optimizer's update.
   // `read_logs_on_any_process`, when given, receives the flag that rode the gradients.
@@ -61,11 +62,11 @@ class Trainer {
                        std::optional<bool> read_logs_here, std::optional<bool>* read_logs_on_any_process);
   // Calls the model's train_step (Model::train_step) for one batch: the default runs
   // train_step() above and its result is returned; an override's logs go to `custom_logs`.
-  std::optional<StepResult> call_train_step(const TensorList& x, const TensorList& y, double loss_scale,
+  std::optional<StepResult> call_train_step(const StepData& batch, double loss_scale,
                                             const BatchShard& context, const BatchShard::Rows* rows,
                                             std::optional<bool> read_logs_here, std::optional<Logs>& custom_logs);
   // evaluate() after its checks; fit() runs it on the validation data.
-  std::map<std::string, double> run_evaluation(const TensorList& x, const TensorList& y,
+  std::map<std::string, double> run_evaluation(const TensorList& x, const TensorList& y, const Tensor& sample_weight,
                                                std::int64_t batch_size, int verbose);
 
   Model& model_;

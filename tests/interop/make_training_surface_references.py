@@ -161,6 +161,64 @@ for name, optimizer in optimizer_cases.items():
         trajectory.extend(np.asarray(first).ravel().tolist() + np.asarray(second).ravel().tolist())
     array(name, trajectory)
 
+# Losses with sample weights: Keras' sum_over_batch_size, sum(losses * weights) / count.
+loss_weights = rng.uniform(0.0, 2.0, size=4).astype("float32")
+array("kLossSampleWeights", loss_weights)
+sparse_labels = rng.integers(0, 3, size=4)
+array("kSparseLabels", sparse_labels)
+weighted_losses = {
+    "kWeightedSparseCategoricalCrossentropy": L.SparseCategoricalCrossentropy(from_logits=True)(sparse_labels, logits, sample_weight=loss_weights),
+    "kWeightedCategoricalCrossentropy": L.CategoricalCrossentropy()(one_hot, probabilities, sample_weight=loss_weights),
+    "kWeightedBinaryCrossentropy": L.BinaryCrossentropy(from_logits=True)(binary_targets, logits, sample_weight=loss_weights),
+    "kWeightedMeanSquaredError": L.MeanSquaredError()(regression_targets, regression_predictions, sample_weight=loss_weights),
+    "kWeightedMeanAbsoluteError": L.MeanAbsoluteError()(regression_targets, regression_predictions, sample_weight=loss_weights),
+    "kWeightedHuber": L.Huber()(regression_targets, regression_predictions, sample_weight=loss_weights),
+    "kWeightedKLDivergence": L.KLDivergence()(one_hot, probabilities, sample_weight=loss_weights),
+    "kWeightedCosineSimilarity": L.CosineSimilarity()(regression_targets, regression_predictions, sample_weight=loss_weights),
+}
+for name, value in weighted_losses.items():
+    number(name, np.asarray(value))
+
+# fit's options against Keras' fit: a Dense(3) layer of known weights, SGD, no shuffling.
+fit_x = rng.normal(size=(12, 4)).astype("float32")
+fit_y = rng.integers(0, 3, size=12)
+fit_sample_weight = rng.uniform(0.5, 1.5, size=12).astype("float32")
+fit_kernel = (rng.normal(size=(4, 3)) * 0.5).astype("float32")
+fit_bias = np.array([0.1, -0.2, 0.05], dtype="float32")
+array("kFitX", fit_x)
+array("kFitY", fit_y)
+array("kFitSampleWeight", fit_sample_weight)
+array("kFitKernel", fit_kernel)
+array("kFitBias", fit_bias)
+
+
+def keras_fit(**options):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.layers[0].set_weights([fit_kernel, fit_bias])
+    model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    history = model.fit(fit_x, fit_y, batch_size=4, shuffle=False, verbose=0, **options)
+    weights = np.concatenate([w.ravel() for w in model.layers[0].get_weights()])
+    return history, weights
+
+
+# Weighted by sample; then by class, the last quarter validating every second epoch (Keras
+# takes one of sample_weight and class_weight, not both).
+history, weights = keras_fit(epochs=2, sample_weight=fit_sample_weight)
+array("kFitSampleWeightedWeights", weights)
+array("kFitSampleWeightedLoss", history.history["loss"])
+history, weights = keras_fit(epochs=3, class_weight={0: 1.0, 1: 2.0, 2: 0.5}, validation_split=0.25, validation_freq=2)
+array("kFitClassWeightedWeights", weights)
+array("kFitClassWeightedLoss", history.history["loss"])
+array("kFitClassWeightedAccuracy", history.history["accuracy"])
+array("kFitClassWeightedValLoss", history.history["val_loss"])
+array("kFitClassWeightedValAccuracy", history.history["val_accuracy"])
+# Two batches an epoch over passes of three, from epoch 1: the second epoch runs out.
+history, weights = keras_fit(epochs=3, initial_epoch=1, steps_per_epoch=2)
+array("kFitStepsWeights", weights)
+array("kFitStepsLoss", history.history["loss"])
+array("kFitStepsEpochs", history.epoch)
+
 header = f"""// Made by tests/interop/make_training_surface_references.py with Keras {keras.__version__} on JAX
 // {jax.__version__}: the inputs and Keras' answers tests/training_surface_test.cpp checks. Do not edit.
 #pragma once

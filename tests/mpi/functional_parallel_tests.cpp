@@ -1,6 +1,6 @@
 // Functional models under a distribution: a two-input, two-output model with a shared layer and
-// a residual trains with fit() to the same losses (total and per output) and the same weights
-// on one process, under DataParallel and under ModelParallel (its shared layer split by
+// a residual trains with fit() (weighted samples, a validation split) to the same losses (total
+// and per output) and the same weights on one process, under DataParallel and under ModelParallel (its shared layer split by
 // columns, the layer after the merge by rows), within 1e-5 relative. Runs under mpirun -np 2
 // and -np 4 and in the Gloo job (tests/CMakeLists.txt), as the rest of keras_mpi_tests.
 // Functional graphs need no code of their own for a distribution: their layers' ops follow
@@ -95,6 +95,10 @@ TrainingResult train(Setup setup, bool own_step = false, bool clipped = false) {
   fit.batch_size = 8;
   fit.shuffle = true;
   fit.verbose = 0;
+  // Weighted samples (both outputs' losses), and the last quarter validating: each process
+  // weighs its rows, and the sums over the processes are the weighted means of one process.
+  fit.sample_weight = ops::random({RandomDistribution::uniform, 0.5, 1.5, 14}, {samples});
+  fit.validation_split = 0.25;
   TrainingResult run;
   run.history = model->fit({left, right}, {score, label}, fit).history;
   NoGradGuard no_grad;
@@ -113,7 +117,7 @@ TrainingResult train(Setup setup, bool own_step = false, bool clipped = false) {
 
 void expect_same_training(const TrainingResult& distributed, const TrainingResult& single, const std::string& what,
                           const std::vector<std::string>& logs = {"loss", "score_loss", "label_loss", "score_mae",
-                                                                  "label_accuracy"}) {
+                                                                  "label_accuracy", "val_loss", "val_label_accuracy"}) {
   for (const std::string& log : logs) {
     ASSERT_TRUE(single.history.count(log)) << log;
     ASSERT_TRUE(distributed.history.count(log)) << what << " logs " << log;
@@ -151,7 +155,7 @@ TEST(FunctionalParallel, TwoInputsTwoOutputsUnderModelParallelMatchOneProcess) {
 TEST(FunctionalParallel, ATrainStepOverrideMatchesOneProcess) {
   const int processes = kd::num_processes();
   ASSERT_GT(processes, 1);
-  const std::vector<std::string> logs = {"loss", "score_mae", "label_accuracy"};
+  const std::vector<std::string> logs = {"loss", "score_mae", "label_accuracy", "val_loss"};
   TrainingResult single = train(Setup::one_process, /*own_step=*/true, /*clipped=*/true);
   expect_same_training(train(Setup::data_parallel, true, true), single, "DataParallel own train_step", logs);
   if (processes % 2 == 0) {
