@@ -27,7 +27,9 @@ Optimizer::Optimizer(LearningRate learning_rate, double weight_decay, std::strin
   check_range(weight_decay, 0.0, 1.0, "weight_decay", false);
 }
 
-double Optimizer::learning_rate() const { return schedule_ ? (*schedule_)(iterations_) : learning_rate_; }
+double Optimizer::learning_rate() const { return schedule_ ? (*schedule_)(iterations()) : learning_rate_; }
+
+std::int64_t Optimizer::iterations() const { return accumulation_steps_ > 1 ? calls_ / accumulation_steps_ : calls_; }
 
 void Optimizer::set_learning_rate(double value) {
   if (schedule_) {
@@ -49,7 +51,7 @@ void Optimizer::apply(const std::vector<Tensor>& variables, const std::vector<Te
   // The rate of this step: the schedule's at the step count before it, as Keras evaluates it.
   step_learning_rate_ = learning_rate();
   if (!std::isfinite(step_learning_rate_) || step_learning_rate_ < 0) {
-    throw ValueError(str(name_, ": the learning rate schedule gave ", step_learning_rate_, " at step ", iterations_,
+    throw ValueError(str(name_, ": the learning rate schedule gave ", step_learning_rate_, " at step ", iterations(),
                          "; a rate must be a finite number >= 0"));
   }
   for (std::size_t i = 0; i < variables.size(); ++i) {
@@ -61,13 +63,83 @@ void Optimizer::apply(const std::vector<Tensor>& variables, const std::vector<Te
                            " (", dtype_name(variables[i].dtype()), ")"));
     }
   }
-  iterations_ += 1;
+  const std::int64_t call = calls_;  // this call's index, before it counts
+  const std::int64_t updates_before = iterations();
+  calls_ += 1;
   NoGradGuard no_grad;
-  std::vector<Tensor> clipped = clip_gradients(variables, gradients);
-  for (std::size_t i = 0; i < variables.size(); ++i) {
-    if (!clipped[i].defined()) continue;
-    Tensor variable = variables[i];
-    update(variable, clipped[i].device() == variable.device() ? clipped[i] : clipped[i].to(variable.device()));
+  std::vector<Tensor> to_apply = gradients;
+  bool updates = true;
+  if (accumulation_steps_ > 1) {
+    // Keras' accumulation: add up; on every steps-th call, the mean of the sums updates.
+    updates = (call + 1) % accumulation_steps_ == 0;
+    for (std::size_t i = 0; i < variables.size(); ++i) {
+      if (!gradients[i].defined()) continue;
+      Tensor gradient = gradients[i].device() == variables[i].device() ? gradients[i] : gradients[i].to(variables[i].device());
+      auto found = accumulated_.find(variables[i].impl());
+      if (updates) {
+        Tensor sum = found == accumulated_.end() ? gradient : gradient + found->second;
+        to_apply[i] = sum * (1.0 / accumulation_steps_);
+        if (found != accumulated_.end()) accumulated_.erase(found);
+      } else if (found == accumulated_.end()) {
+        accumulated_.emplace(variables[i].impl(), gradient + 0.0);  // a copy: the caller's grad is zeroed after
+      } else {
+        found->second = found->second + gradient;
+      }
+    }
+  }
+  if (updates) {
+    std::vector<Tensor> clipped = clip_gradients(variables, to_apply);
+    for (std::size_t i = 0; i < variables.size(); ++i) {
+      if (!clipped[i].defined()) continue;
+      Tensor variable = variables[i];
+      update(variable, clipped[i].device() == variable.device() ? clipped[i] : clipped[i].to(variable.device()));
+    }
+  }
+  if (use_ema_) {
+    // After every call; momentum 0 before the first update (a copy), as Keras' (iterations != 0).
+    const double momentum = updates_before == 0 ? 0.0 : ema_momentum_;
+    const bool overwrite = ema_overwrite_frequency_ > 0 && (call + 1) % ema_overwrite_frequency_ == 0;
+    for (const Tensor& variable : variables) {
+      auto found = averages_.find(variable.impl());
+      if (found == averages_.end()) {
+        found = averages_.emplace(variable.impl(), Tensor::zeros(variable.shape(), variable.dtype(), variable.device())).first;
+      }
+      found->second.assign(found->second * momentum + variable * (1.0 - momentum));
+      if (overwrite) Tensor(variable).assign(found->second);
+    }
+  }
+}
+
+Optimizer& Optimizer::set_gradient_accumulation_steps(int steps) {
+  if (steps < 0) throw ValueError(str(name_, ": gradient_accumulation_steps must be >= 0 (0 or 1: none), got ", steps));
+  if (!accumulated_.empty()) {
+    throw ValueError(str(name_, ": gradient_accumulation_steps changed while ", accumulated_.size(),
+                         " gradient sums are in progress; change it between updates"));
+  }
+  const std::int64_t updates = iterations();
+  accumulation_steps_ = steps;
+  calls_ = updates * std::max(accumulation_steps_, 1);  // the update count stays
+  return *this;
+}
+
+Optimizer& Optimizer::set_ema(bool use_ema, double momentum, int overwrite_frequency) {
+  check_range(momentum, 0.0, 1.0, "ema_momentum", false);
+  if (overwrite_frequency < 0) {
+    throw ValueError(str(name_, ": ema_overwrite_frequency must be >= 0 (0: never), got ", overwrite_frequency));
+  }
+  use_ema_ = use_ema;
+  ema_momentum_ = momentum;
+  ema_overwrite_frequency_ = overwrite_frequency;
+  if (!use_ema) averages_.clear();
+  return *this;
+}
+
+void Optimizer::finalize_variable_values(const std::vector<Tensor>& variables) {
+  if (!use_ema_) return;
+  NoGradGuard no_grad;
+  for (const Tensor& variable : variables) {
+    auto found = averages_.find(variable.impl());
+    if (found != averages_.end()) Tensor(variable).assign(found->second);
   }
 }
 
@@ -154,10 +226,11 @@ void Optimizer::apply_to_block(const Tensor& variable, std::int64_t offset, cons
                          variable.name(), "' of ", variable.size(), " elements (",
                          dtype_name(variable.dtype()), "); expected a flat block inside it"));
   }
-  if (clips()) {
-    // A block's norm is not its variable's: the trainer updates whole variables under clipping.
-    throw ValueError(str(name_, ": apply_to_block cannot clip gradients (clipnorm, clipvalue or global_clipnorm is ",
-                         "set); update whole variables with apply()"));
+  if (needs_whole_variables()) {
+    // A block's norm is not its variable's, and the sums and averages are kept per variable.
+    throw ValueError(str(name_, ": apply_to_block updates a block of a variable, and this optimizer clips, ",
+                         "accumulates gradients or keeps moving averages, which need whole variables; update whole ",
+                         "variables with apply()"));
   }
   NoGradGuard no_grad;
   Tensor view = Tensor::view_of(variable, offset, {gradient_block.size()});
@@ -202,7 +275,7 @@ void Optimizer::set_slots(const Tensor& variable, const std::vector<Tensor>& slo
 
 void Optimizer::set_iterations(std::int64_t value) {
   if (value < 0) throw ValueError(str(name_, ": iterations must be >= 0, got ", value));
-  iterations_ = value;
+  calls_ = value * std::max(accumulation_steps_, 1);
 }
 
 Tensor& Optimizer::slot(const Tensor& variable, int index, double initial_value) {

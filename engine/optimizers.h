@@ -49,7 +49,9 @@ class Optimizer {
   // Sets a fixed rate; an optimizer made with a schedule refuses it, as Keras does.
   void set_learning_rate(double value);
   const schedules::SchedulePtr& learning_rate_schedule() const { return schedule_; }
-  std::int64_t iterations() const { return iterations_; }
+  // The updates made (Keras' iterations): with gradient_accumulation_steps, the calls of
+  // apply() divided by the steps, as Keras counts them.
+  std::int64_t iterations() const;
   const std::string& name() const { return name_; }
   // Bytes of per-variable state held (Adam: two moments per variable, each the variable's
   // shape, so a sharded variable's moments are its local block's size).
@@ -77,6 +79,26 @@ class Optimizer {
   bool clips_by_norm() const { return clipnorm_ > 0 || global_clipnorm_ > 0; }
   bool clips() const { return clips_by_norm() || clipvalue_ > 0; }
 
+  // Keras 3's gradient_accumulation_steps: apply() adds each call's gradients up and updates
+  // the variables every `steps`-th call with their mean (clipped then); the calls between
+  // update nothing; iterations() counts updates (schedules and Adam's bias correction see
+  // them), as Keras'. 0 or 1: every call updates. The sums in progress are not part
+  // of slots_of(), so a backup taken between updates resumes without them.
+  Optimizer& set_gradient_accumulation_steps(int steps);
+  int gradient_accumulation_steps() const { return accumulation_steps_; }
+  // Keras' use_ema: after each call, an exponential moving average of each variable,
+  // average = momentum * average + (1 - momentum) * variable (the first call copies it); every
+  // `overwrite_frequency`-th call (0: never) writes the averages into the variables, and
+  // finalize_variable_values() does at the end of fit().
+  Optimizer& set_ema(bool use_ema, double momentum = 0.99, int overwrite_frequency = 0);
+  bool use_ema() const { return use_ema_; }
+  // Keras' finalize_variable_values: with use_ema, the variables take their averages.
+  void finalize_variable_values(const std::vector<Tensor>& variables);
+  // Whether apply() must see whole variables: clipping (whole norms), accumulation and the
+  // moving averages (per-variable state outside the slots). A data-parallel trainer then
+  // updates whole variables rather than blocks (distribution/runtime/gradient_reducer.h).
+  bool needs_whole_variables() const { return clips() || accumulation_steps_ > 1 || use_ema_; }
+
   // How the squared L2 norms of this process's gradients (one per variable, of its local
   // block) become the whole variables' norms, for clipnorm and global_clipnorm. Without one
   // the local norms are the whole ones (one process). Under a distribution the trainer sets
@@ -98,12 +120,18 @@ class Optimizer {
   // The gradients apply() updates with: clipped as set (the same tensors when nothing is).
   std::vector<Tensor> clip_gradients(const std::vector<Tensor>& variables, const std::vector<Tensor>& gradients) const;
   void set_clipping(double value, const char* what, double& field);
+  int accumulation_steps_ = 0;
+  std::unordered_map<TensorImpl*, Tensor> accumulated_;
+  bool use_ema_ = false;
+  double ema_momentum_ = 0.99;
+  int ema_overwrite_frequency_ = 0;
+  std::unordered_map<TensorImpl*, Tensor> averages_;
   double clipnorm_ = 0.0, global_clipnorm_ = 0.0, clipvalue_ = 0.0;
   SquaredNormSum squared_norm_sum_;
   double learning_rate_;
   schedules::SchedulePtr schedule_;
   double step_learning_rate_ = 0.0;
-  std::int64_t iterations_ = 0;
+  std::int64_t calls_ = 0;  // of apply()
   std::string name_;
   std::unordered_map<TensorImpl*, std::vector<Tensor>> slots_;
   // During apply_to_block: the view being updated, and its place in the whole variable, so

@@ -319,6 +319,28 @@ TEST(KerasOptimizers, MatchKerasStepByStep) {
          return adam;
        },
        reference::kAdamGlobalClipnormWeights},
+      {"SGD momentum, gradient_accumulation_steps=2",
+       [] {
+         auto sgd = std::make_shared<SGD>(0.1, 0.9);
+         sgd->set_gradient_accumulation_steps(2);
+         return sgd;
+       },
+       reference::kSgdAccumulatedWeights},
+      {"Adam accumulating two steps, then clipped",
+       [] {
+         auto adam = std::make_shared<Adam>(0.01);
+         adam->set_gradient_accumulation_steps(2);
+         adam->set_global_clipnorm(0.7);
+         return adam;
+       },
+       reference::kAdamAccumulatedClippedWeights},
+      {"SGD use_ema, overwriting every third step",
+       [] {
+         auto sgd = std::make_shared<SGD>(0.1);
+         sgd->set_ema(true, 0.9, 3);
+         return sgd;
+       },
+       reference::kSgdEmaWeights},
   };
   for (const Case& test : cases) {
     std::shared_ptr<Optimizer> optimizer = test.make();
@@ -332,6 +354,11 @@ TEST(KerasOptimizers, MatchKerasStepByStep) {
                              reference::kOptimizerGradients2.begin() + 4 * step + 4);
       optimizer->apply({first, second},
                        {tensor(g1, {3}), tensor(g2, {2, 2})});
+      for (double value : first.to_vector<double>()) trajectory.push_back(value);
+      for (double value : second.to_vector<double>()) trajectory.push_back(value);
+    }
+    if (optimizer->use_ema()) {  // the end of fit: the variables take their averages
+      optimizer->finalize_variable_values({first, second});
       for (double value : first.to_vector<double>()) trajectory.push_back(value);
       for (double value : second.to_vector<double>()) trajectory.push_back(value);
     }
@@ -419,6 +446,14 @@ TEST(KerasMetrics, MatchKerasOverTwoBatches) {
        kRegressionPredictions, kMeanAbsoluteErrorMetric},
       {"RootMeanSquaredError", std::make_shared<metrics::RootMeanSquaredError>(), kRegressionTargets, 3,
        kRegressionPredictions, kRootMeanSquaredErrorMetric},
+      {"AUC", std::make_shared<metrics::AUC>(), kBinaryTargets, 3, kSigmoid, kAucMetric},
+      {"AUC(curve=PR)", std::make_shared<metrics::AUC>(200, "PR"), kBinaryTargets, 3, kSigmoid, kAucPrMetric},
+      {"AUC(10, minoring)", std::make_shared<metrics::AUC>(10, "ROC", "minoring"), kBinaryTargets, 3, kSigmoid,
+       kAucMinoringMetric},
+      {"AUC(20, PR, majoring)", std::make_shared<metrics::AUC>(20, "PR", "majoring"), kBinaryTargets, 3, kSigmoid,
+       kAucPrMajoringMetric},
+      {"AUC(from_logits)", std::make_shared<metrics::AUC>(200, "ROC", "interpolation", "auc", true), kBinaryTargets,
+       3, kLogits, kAucFromLogitsMetric},
   };
   for (const Case& test : cases) {
     Tensor first_true = rows(test.y_true, 0, test.true_columns), second_true = rows(test.y_true, 2, test.true_columns);

@@ -262,7 +262,7 @@ Backup read_backup(Model& model, const std::string& path) {
   }
   backup.seed_state =
       metadata.unsigned_integer(metadata.text("random_seed_state"), "random_seed_state");
-  check_resumable(position, model.training_position(), model.metric_names().size());
+  check_resumable(position, model.training_position(), model.log_totals_size());
   return backup;
 }
 

@@ -76,6 +76,18 @@ void Metric::set_state(double numerator, double denominator) {
   add_to_state(numerator, denominator);
 }
 
+void Metric::set_state(const std::vector<double>& state) {
+  reset_state();
+  add_to_state(state);
+}
+
+void Metric::add_to_state(const std::vector<double>& totals) {
+  if (totals.size() != state_size()) {
+    throw ValueError(str("metric '", name(), "': a state of ", totals.size(), " numbers; it has ", state_size()));
+  }
+  add_to_state(totals[0], totals[1]);
+}
+
 void Metric::add_batch(const Tensor& numerator, const Tensor& denominator) {
   numerator_.add_term(numerator, 1.0);
   device_denominator_.add_term(denominator, 1.0);
@@ -246,6 +258,117 @@ void MeanAbsoluteError::update_state(const Tensor& y_true, const Tensor& y_pred)
   add_batch(ops::mean(ops::abs(difference)), batch_size_of(y_pred), batch_size_of(y_pred));
 }
 
+AUC::AUC(int num_thresholds, std::string curve, std::string summation_method, std::string name, bool from_logits)
+    : Metric(std::move(name)), curve_(std::move(curve)), summation_method_(std::move(summation_method)),
+      from_logits_(from_logits) {
+  if (num_thresholds <= 1) throw ValueError(str("AUC: num_thresholds must be > 1, got ", num_thresholds));
+  if (curve_ != "ROC" && curve_ != "PR") throw ValueError(str("AUC: curve must be \"ROC\" or \"PR\", got \"", curve_, "\""));
+  if (summation_method_ != "interpolation" && summation_method_ != "minoring" && summation_method_ != "majoring") {
+    throw ValueError(str("AUC: summation_method must be \"interpolation\", \"minoring\" or \"majoring\", got \"",
+                         summation_method_, "\""));
+  }
+  // Keras' thresholds: just below 0, (i + 1) / (n - 1) for i < n - 2, just above 1.
+  constexpr double kEpsilon = 1e-7;
+  thresholds_.push_back(0.0 - kEpsilon);
+  for (int i = 0; i < num_thresholds - 2; ++i) thresholds_.push_back(double(i + 1) / double(num_thresholds - 1));
+  thresholds_.push_back(1.0 + kEpsilon);
+  host_counts_.assign(state_size(), 0.0);
+}
+
+void AUC::reset_state() {
+  Metric::reset_state();
+  counts_ = Tensor();
+  host_counts_.assign(state_size(), 0.0);
+}
+
+void AUC::update_state(const Tensor& y_true, const Tensor& y_pred) {
+  NoGradGuard no_grad;
+  if (y_true.size() != y_pred.size()) {
+    throw ShapeError(str("AUC: labels of shape ", shape_to_string(y_true.shape()), " and predictions of shape ",
+                         shape_to_string(y_pred.shape()), " must have as many elements"));
+  }
+  Tensor scores = ops::reshape(as_float64(y_pred), {y_pred.size(), 1});
+  if (from_logits_) scores = ops::sigmoid(scores);
+  Tensor labels = ops::reshape(as_float64(y_true), {y_true.size(), 1});
+  Tensor thresholds = Tensor::from_vector(thresholds_, {1, static_cast<std::int64_t>(thresholds_.size())})
+                          .to(scores.device());
+  Tensor above = as_float64(ops::greater(scores, thresholds));  // (elements, thresholds)
+  Tensor below = 1.0 - above;
+  Tensor negatives = 1.0 - labels;
+  const Shape row = {1, static_cast<std::int64_t>(thresholds_.size())};
+  Tensor batch = ops::concatenate({ops::reshape(ops::sum(labels * above, {0}), row),
+                                   ops::reshape(ops::sum(negatives * above, {0}), row),
+                                   ops::reshape(ops::sum(negatives * below, {0}), row),
+                                   ops::reshape(ops::sum(labels * below, {0}), row)},
+                                  0);
+  counts_ = counts_.defined() && counts_.device() == batch.device() ? counts_ + batch
+            : counts_.defined()                                      ? counts_.to(batch.device()) + batch
+                                                                     : batch;
+}
+
+std::vector<double> AUC::state() const {
+  std::vector<double> totals = host_counts_;
+  if (counts_.defined()) {
+    std::vector<double> counted = counts_.to(Device::cpu()).to_vector<double>();
+    for (std::size_t i = 0; i < totals.size(); ++i) totals[i] += counted[i];
+  }
+  return totals;
+}
+
+void AUC::set_state(const std::vector<double>& state) {
+  reset_state();
+  add_to_state(state);
+}
+
+void AUC::add_to_state(const std::vector<double>& totals) {
+  if (totals.size() != state_size()) {
+    throw ValueError(str("AUC '", name(), "': a state of ", totals.size(), " numbers; it has ", state_size(),
+                         " (four counts at each of ", thresholds_.size(), " thresholds)"));
+  }
+  for (std::size_t i = 0; i < totals.size(); ++i) host_counts_[i] += totals[i];
+}
+
+double AUC::result_from(const std::vector<double>& state) const {
+  const std::size_t n = thresholds_.size();
+  if (state.size() != 4 * n) throw ValueError(str("AUC '", name(), "': a state of ", state.size(), " numbers"));
+  const double* tp = state.data();
+  const double* fp = tp + n;
+  const double* tn = fp + n;
+  const double* fn = tn + n;
+  auto divide_no_nan = [](double a, double b) { return b == 0.0 ? 0.0 : a / b; };
+  double area = 0.0;
+  if (curve_ == "PR" && summation_method_ == "interpolation") {
+    // Davis and Goadrich's interpolation between the thresholds, as Keras' interpolate_pr_auc.
+    for (std::size_t i = 0; i + 1 < n; ++i) {
+      const double dtp = tp[i] - tp[i + 1];
+      const double p_here = tp[i] + fp[i], p_next = tp[i + 1] + fp[i + 1];
+      const double slope = divide_no_nan(dtp, std::max(p_here - p_next, 0.0));
+      const double intercept = tp[i + 1] - slope * p_next;
+      const double ratio = p_here > 0 && p_next > 0 ? divide_no_nan(p_here, std::max(p_next, 0.0)) : 1.0;
+      area += divide_no_nan(slope * (dtp + intercept * std::log(ratio)), std::max(tp[i + 1] + fn[i + 1], 0.0));
+    }
+    return area;
+  }
+  std::vector<double> x(n), y(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double recall = divide_no_nan(tp[i], tp[i] + fn[i]);
+    if (curve_ == "ROC") {
+      x[i] = divide_no_nan(fp[i], fp[i] + tn[i]);
+      y[i] = recall;
+    } else {
+      x[i] = recall;
+      y[i] = divide_no_nan(tp[i], tp[i] + fp[i]);
+    }
+  }
+  for (std::size_t i = 0; i + 1 < n; ++i) {
+    const double height = summation_method_ == "interpolation" ? (y[i] + y[i + 1]) / 2.0
+                          : summation_method_ == "minoring"    ? std::min(y[i], y[i + 1])
+                                                               : std::max(y[i], y[i + 1]);
+    area += (x[i] - x[i + 1]) * height;
+  }
+  return area;
+}
+
 double RootMeanSquaredError::result_of(double numerator, double denominator) const {
   return denominator > 0 ? std::sqrt(numerator / denominator) : 0.0;
 }
@@ -266,11 +389,12 @@ MetricPtr get(const std::string& name, LabelKind labels) {
   if (name == "mean_squared_error" || name == "mse") return std::make_shared<MeanSquaredError>(name);
   if (name == "mean_absolute_error" || name == "mae") return std::make_shared<MeanAbsoluteError>(name);
   if (name == "root_mean_squared_error") return std::make_shared<RootMeanSquaredError>();
+  if (name == "auc") return std::make_shared<AUC>();
   throw ValueError(str("unknown metric '", name,
                        "'; expected one of accuracy, binary_accuracy, sparse_categorical_accuracy, ",
                        "categorical_accuracy, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, ",
                        "precision, recall, mean_squared_error (mse), mean_absolute_error (mae), ",
-                       "root_mean_squared_error, or a metric object"));
+                       "root_mean_squared_error, auc, or a metric object"));
 }
 
 }  // namespace keras::metrics

@@ -61,13 +61,22 @@ class Metric {
   virtual double result_of(double numerator, double denominator) const {
     return denominator > 0 ? numerator / denominator : 0.0;
   }
-  double result() const { return result_of(numerator(), denominator()); }
-  void reset_state();
+  double result() const { return result_from(state()); }
+  virtual void reset_state();
   double numerator() const { return numerator_.sum(); }
   double denominator() const { return numerator_.count() + device_denominator_.sum(); }
   // Adds to the state from numbers (a resumed run's totals); set_state replaces it.
   void add_to_state(double numerator, double denominator) { numerator_.add(numerator, denominator); }
   void set_state(double numerator, double denominator);
+
+  // The state as numbers that add up across batches and processes, which fit and evaluate sum
+  // over the data-parallel processes: by default the ratio's (numerator, denominator). A metric
+  // with a larger state (AUC: four confusion counts per threshold) overrides these five.
+  virtual std::size_t state_size() const { return 2; }
+  virtual std::vector<double> state() const { return {numerator(), denominator()}; }
+  virtual void set_state(const std::vector<double>& state);
+  virtual void add_to_state(const std::vector<double>& totals);
+  virtual double result_from(const std::vector<double>& state) const { return result_of(state.at(0), state.at(1)); }
   std::size_t pending_terms() const { return numerator_.pending_terms() + device_denominator_.pending_terms(); }
   const std::string& name() const { return name_; }
 
@@ -177,6 +186,37 @@ class Recall : public Metric {
 
  private:
   double threshold_;
+};
+
+// The area under the ROC or precision-recall curve, as keras.metrics.AUC computes it: true and
+// false positives and negatives counted at `num_thresholds` thresholds spread evenly over
+// [0, 1] (plus one just below 0 and one just above 1), the curve's area then summed by
+// interpolation (or the lower or upper Riemann sum: "minoring", "majoring"). Labels in [0, 1]
+// (soft labels count in part), predictions probabilities (logits with from_logits); every
+// element counts as one sample (multi_label is not supported). The counts stay on the batch's
+// device until read; under DataParallel they join the logs' all-reduce (4 x num_thresholds
+// numbers).
+class AUC : public Metric {
+ public:
+  explicit AUC(int num_thresholds = 200, std::string curve = "ROC", std::string summation_method = "interpolation",
+               std::string name = "auc", bool from_logits = false);
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  void reset_state() override;
+  std::size_t state_size() const override { return 4 * thresholds_.size(); }
+  // Laid out as the true positives at each threshold, then the false positives, the true
+  // negatives and the false negatives.
+  std::vector<double> state() const override;
+  void set_state(const std::vector<double>& state) override;
+  void add_to_state(const std::vector<double>& totals) override;
+  double result_from(const std::vector<double>& state) const override;
+  const std::vector<double>& thresholds() const { return thresholds_; }
+
+ private:
+  std::vector<double> thresholds_;
+  std::string curve_, summation_method_;
+  bool from_logits_;
+  Tensor counts_;                  // (4, thresholds) float64 on the last batch's device; undefined before one
+  std::vector<double> host_counts_;  // what set_state and add_to_state gave, added to counts_
 };
 
 class MeanSquaredError : public Metric {

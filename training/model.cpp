@@ -331,18 +331,27 @@ Logs Model::metric_results() {
   std::vector<metrics::MetricPtr> all = metrics();
   std::vector<double> totals;
   for (const metrics::MetricPtr& metric : all) {
-    totals.push_back(metric->numerator());
-    totals.push_back(metric->denominator());
+    std::vector<double> state = metric->state();
+    totals.insert(totals.end(), state.begin(), state.end());
   }
   BatchShard::current("metric_results").sum(totals);
   // The compiled metrics' log names follow the outputs' loss names (several outputs).
   const std::size_t first = metric_names_.size() - compiled_metrics_.size();
   Logs logs;
+  std::size_t next = 0;
   for (std::size_t i = 0; i < all.size(); ++i) {
     const std::string& log_name = i == 0 ? all[0]->name() : metric_names_[first + i - 1];
-    logs[log_name] = all[i]->result_of(totals[2 * i], totals[2 * i + 1]);
+    const auto begin = totals.begin() + static_cast<std::ptrdiff_t>(next);
+    next += all[i]->state_size();
+    logs[log_name] = all[i]->result_from(std::vector<double>(begin, totals.begin() + static_cast<std::ptrdiff_t>(next)));
   }
   return logs;
+}
+
+std::size_t Model::log_totals_size() const {
+  std::size_t size = 2 + 2 * (metric_names_.size() - compiled_metrics_.size());
+  for (const auto& entry : compiled_metrics_) size += entry.second->state_size();
+  return size;
 }
 
 void Model::gather_optimizer_state() {

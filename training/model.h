@@ -222,6 +222,9 @@ class Model : public Layer {
   void resume_training_from(TrainingPosition position);
   // The compiled metrics' names (what TrainingPosition::totals hold beyond the loss).
   const std::vector<std::string>& metric_names() const { return metric_names_; }
+  // How many numbers the logs' totals hold (TrainingPosition::totals): the loss's sum and
+  // count, each output loss's (several outputs), then each compiled metric's state.
+  std::size_t log_totals_size() const;
   optimizers::Optimizer& optimizer();
 
   // Keras' train_step, to override for a custom training step (Keras 3's "customizing what

@@ -107,8 +107,8 @@ class EpochLogs {
       totals.push_back(total.count());
     }
     for (const auto& entry : metrics_) {
-      totals.push_back(entry.second->numerator());
-      totals.push_back(entry.second->denominator());
+      std::vector<double> state = entry.second->state();
+      totals.insert(totals.end(), state.begin(), state.end());
     }
     return totals;
   }
@@ -121,8 +121,8 @@ class EpochLogs {
       next += 2;
     }
     for (auto& entry : metrics_) {
-      entry.second->add_to_state(totals.at(next), totals.at(next + 1));
-      next += 2;
+      entry.second->add_to_state(state_at(totals, next, *entry.second));
+      next += entry.second->state_size();
     }
   }
   // Each metric's value from global totals.
@@ -133,8 +133,8 @@ class EpochLogs {
       values.push_back(totals[next + 1] > 0 ? totals[next] / totals[next + 1] : 0.0);
     }
     for (const auto& entry : metrics_) {
-      values.push_back(entry.second->result_of(totals[next], totals[next + 1]));
-      next += 2;
+      values.push_back(entry.second->result_from(state_at(totals, next, *entry.second)));
+      next += entry.second->state_size();
     }
     return values;
   }
@@ -144,17 +144,31 @@ class EpochLogs {
     if (loss_tracker_) loss_tracker_->set_state(totals[0], totals[1]);
     std::size_t next = 2 + 2 * output_losses_.size();
     for (auto& entry : metrics_) {
-      entry.second->set_state(totals[next], totals[next + 1]);
-      next += 2;
+      entry.second->set_state(state_at(totals, next, *entry.second));
+      next += entry.second->state_size();
     }
   }
-  std::size_t entries() const { return 1 + output_losses_.size() + metrics_.size(); }
+  // How many numbers local_totals() gives.
+  std::size_t totals_size() const {
+    std::size_t size = 2 + 2 * output_losses_.size();
+    for (const auto& entry : metrics_) size += entry.second->state_size();
+    return size;
+  }
 
  private:
   metrics::RunningTotal loss_;
   std::vector<metrics::RunningTotal> output_losses_;
   std::vector<std::pair<std::size_t, metrics::MetricPtr>> metrics_;
   std::shared_ptr<metrics::Mean> loss_tracker_;
+
+  static std::vector<double> state_at(const std::vector<double>& totals, std::size_t at, const metrics::Metric& metric) {
+    if (at + metric.state_size() > totals.size()) {
+      throw ValueError(str("the logs' totals end before metric '", metric.name(), "''s state (", totals.size(),
+                           " numbers)"));
+    }
+    return std::vector<double>(totals.begin() + static_cast<std::ptrdiff_t>(at),
+                               totals.begin() + static_cast<std::ptrdiff_t>(at + metric.state_size()));
+  }
 };
 
 // Binds a step in progress to the model for the length of a step (Model::active_step_).
@@ -183,7 +197,7 @@ std::vector<double> global_totals(const BatchShard& context, const EpochLogs& lo
     totals = logs.local_totals();
   } catch (...) {
     failure = std::current_exception();
-    totals.assign(2 * logs.entries(), 0.0);
+    totals.assign(logs.totals_size(), 0.0);
   }
   // The failure flag and the sums in one all-reduce where the same processes decide both.
   if (context.sum_and_any_process(totals, failure != nullptr)) {
@@ -394,9 +408,10 @@ void Trainer::apply_gradients(const Tensor& loss, double loss_scale, const Batch
   std::vector<Tensor> variables = model_.trainable_weights();
   if (distributed) {
     std::vector<Tensor> reduced = context.variables_to_reduce(variables);
-    // Clipping reads whole gradients: an optimizer that clips updates whole variables, not
-    // blocks (its clipping may have been set after a reducer that updates by blocks was made).
-    const bool clips = model_.optimizer_->clips();
+    // Clipping reads whole gradients, and accumulation and moving averages keep whole
+    // variables' state: such an optimizer updates whole variables, not blocks (set perhaps
+    // after a reducer that updates by blocks was made).
+    const bool clips = model_.optimizer_->needs_whole_variables();
     if (!model_.gradient_reducer_ || !model_.gradient_reducer_->serves(context.group(), reduced) ||
         (clips && model_.gradient_reducer_->block_updated_count() > 0)) {
       // The state the old reducer kept by blocks is made whole before another takes over
@@ -627,7 +642,7 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
                            " is not supported: where each epoch stood in its pass over the data is not saved; ",
                            "fit with steps_per_epoch=0 (one pass per epoch) to resume"));
     }
-    check_resumable(resumed, model_.position_, model_.metric_names_.size());
+    check_resumable(resumed, model_.position_, model_.log_totals_size());
     restore_shuffle_state(shuffle_engine, resumed.shuffle_state);
     first_epoch = resumed.epoch;
     first_step = resumed.step;
@@ -760,6 +775,8 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
   // Each process's optimizer state is current only in its blocks during training
   // (distribution/runtime/gradient_reducer.h); after fit() it is whole, as a user reading it expects.
   model_.gather_optimizer_state();
+  // With use_ema the variables take their moving averages, as at the end of Keras' fit.
+  model_.optimizer_->finalize_variable_values(model_.trainable_weights());
   for (const CallbackPtr& callback : options.callbacks) callback->on_train_end(model_);
   return history;
 }

@@ -27,7 +27,7 @@ void restore_shuffle_state(std::mt19937_64& generator, const std::string& state)
 }
 
 void check_resumable(const TrainingPosition& saved, const TrainingPosition& run,
-                     std::size_t metric_count) {
+                     std::size_t totals_size) {
   if (saved.samples != run.samples || saved.batch_size != run.batch_size) {
     throw ValueError(str("fit: the backup was made by a fit() of ", saved.samples,
                          " samples in batches of ", saved.batch_size, "; this one has ",
@@ -42,10 +42,9 @@ void check_resumable(const TrainingPosition& saved, const TrainingPosition& run,
     throw ValueError(str("fit: cannot resume after batch ", saved.step, " of an epoch of ",
                          run.steps, " batches"));
   }
-  if (saved.step > 0 && saved.totals.size() != 2 + 2 * metric_count) {
+  if (saved.step > 0 && saved.totals.size() != totals_size) {
     throw ValueError(str("fit: the resumed position holds ", saved.totals.size(),
-                         " totals; a model compiled with ", metric_count, " metric(s) needs ",
-                         2 + 2 * metric_count));
+                         " totals; this model's loss and compiled metrics need ", totals_size));
   }
   if (!std::isfinite(saved.epoch_learning_rate) || saved.epoch_learning_rate < 0) {
     throw ValueError(str("fit: the resumed position's learning rate ", saved.epoch_learning_rate,

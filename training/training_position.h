@@ -28,11 +28,11 @@ struct TrainingPosition {
 };
 
 // Throws ValueError unless `saved` (a position saved by an earlier run) can be resumed by the
-// fit() call at `run` with `metric_count` compiled metrics: same samples and batch size, an
-// epoch within the run's epochs (more epochs than before is fine), totals for its metrics, and
-// a shuffle state that reads back.
+// fit() call at `run`, whose logs' totals hold `totals_size` numbers (Model::log_totals_size):
+// same samples and batch size, an epoch within the run's epochs (more epochs than before is
+// fine), totals for its loss and metrics, and a shuffle state that reads back.
 void check_resumable(const TrainingPosition& saved, const TrainingPosition& run,
-                     std::size_t metric_count);
+                     std::size_t totals_size);
 
 // The shuffling generator as TrainingPosition::shuffle_state holds it, and back: restoring
 // throws ValueError for text that is not a state of the generator.

@@ -87,6 +87,12 @@ metric_cases = {
     "kMeanSquaredErrorMetric": (M.MeanSquaredError(), regression_targets, regression_predictions),
     "kMeanAbsoluteErrorMetric": (M.MeanAbsoluteError(), regression_targets, regression_predictions),
     "kRootMeanSquaredErrorMetric": (M.RootMeanSquaredError(), regression_targets, regression_predictions),
+    "kAucMetric": (M.AUC(), binary_targets, sigmoid),
+    "kAucPrMetric": (M.AUC(curve="PR"), binary_targets, sigmoid),
+    "kAucMinoringMetric": (M.AUC(num_thresholds=10, summation_method="minoring"), binary_targets, sigmoid),
+    "kAucPrMajoringMetric": (M.AUC(num_thresholds=20, curve="PR", summation_method="majoring"), binary_targets,
+                             sigmoid),
+    "kAucFromLogitsMetric": (M.AUC(from_logits=True), binary_targets, logits),
 }
 array("kExactTargets", exact_targets)
 array("kExactPredictions", exact_predictions)
@@ -150,6 +156,9 @@ optimizer_cases = {
     "kSgdClipvalueWeights": O.SGD(0.1, clipvalue=0.3),
     "kSgdGlobalClipnormWeights": O.SGD(0.1, global_clipnorm=0.7),
     "kAdamGlobalClipnormWeights": O.Adam(0.01, global_clipnorm=0.7),
+    "kSgdAccumulatedWeights": O.SGD(0.1, momentum=0.9, gradient_accumulation_steps=2),
+    "kAdamAccumulatedClippedWeights": O.Adam(0.01, gradient_accumulation_steps=2, global_clipnorm=0.7),
+    "kSgdEmaWeights": O.SGD(0.1, use_ema=True, ema_momentum=0.9, ema_overwrite_frequency=3),
 }
 for name, optimizer in optimizer_cases.items():
     first = keras.Variable(np.array([1.0, -2.0, 3.0], dtype="float32"))
@@ -158,6 +167,9 @@ for name, optimizer in optimizer_cases.items():
     for step in range(4):
         optimizer.apply([keras.ops.convert_to_tensor(optimizer_gradients[step]),
                          keras.ops.convert_to_tensor(optimizer_gradients_2[step])], [first, second])
+        trajectory.extend(np.asarray(first).ravel().tolist() + np.asarray(second).ravel().tolist())
+    if optimizer.use_ema:  # the end of fit: the variables take their averages
+        optimizer.finalize_variable_values([first, second])
         trajectory.extend(np.asarray(first).ravel().tolist() + np.asarray(second).ravel().tolist())
     array(name, trajectory)
 

@@ -63,9 +63,10 @@ std::shared_ptr<Model> two_tower_model() {
 
 enum class Setup { one_process, data_parallel, model_parallel };
 
-// `own_step`: the model's train_step is TwoTowersWithOwnStep's; `clipped`: Adam clips by the
-// global norm (far below the gradients', so every step clips).
-TrainingResult train(Setup setup, bool own_step = false, bool clipped = false) {
+// `own_step`: the model's train_step is TwoTowersWithOwnStep's; `keras_options`: Adam clips by
+// the global norm (far below the gradients', so every step clips), accumulates two steps'
+// gradients and keeps moving averages, which the variables take at the end.
+TrainingResult train(Setup setup, bool own_step = false, bool keras_options = false) {
   clear_session();
   set_random_seed(5);
   const int processes = kd::num_processes();
@@ -83,7 +84,11 @@ TrainingResult train(Setup setup, bool own_step = false, bool clipped = false) {
   options.loss_weights = {1.0, 0.5};
   options.metrics = {{"mae"}, {"accuracy"}};
   auto adam = std::make_shared<optimizers::Adam>(0.01);
-  if (clipped) adam->set_global_clipnorm(0.1);
+  if (keras_options) {
+    adam->set_global_clipnorm(0.1);
+    adam->set_gradient_accumulation_steps(2);
+    adam->set_ema(true, 0.9);
+  }
   model->compile(adam, options);
   const std::int64_t samples = 32;
   Tensor left = ops::random({RandomDistribution::normal, 0, 1, 11}, {samples, 6});
@@ -150,8 +155,9 @@ TEST(FunctionalParallel, TwoInputsTwoOutputsUnderModelParallelMatchOneProcess) {
 }
 
 // A train_step of the user's own under DataParallel and ModelParallel, with the optimizer
-// clipping by the global norm: the same weights and logs as the same step on one process (its
-// logs: the loss tracker's and the compiled metrics', metric_results()).
+// clipping by the global norm, accumulating gradients and averaging the weights: the same
+// weights and logs as the same step on one process (its logs: the loss tracker's and the
+// compiled metrics', metric_results()).
 TEST(FunctionalParallel, ATrainStepOverrideMatchesOneProcess) {
   const int processes = kd::num_processes();
   ASSERT_GT(processes, 1);
@@ -168,8 +174,8 @@ TEST(FunctionalParallel, ATrainStepOverrideMatchesOneProcess) {
 // Metric objects under DataParallel: each process updates its own state from its rows; the
 // logs are the global value, and after fit every process's object holds the global state.
 struct MetricRun {
-  std::vector<double> logged_precision, logged_recall;
-  double precision_result = 0, recall_result = 0;
+  std::vector<double> logged_precision, logged_recall, logged_auc;
+  double precision_result = 0, recall_result = 0, auc_result = 0;
 };
 
 MetricRun train_with_metric_objects(bool data_parallel) {
@@ -179,7 +185,8 @@ MetricRun train_with_metric_objects(bool data_parallel) {
   Sequential model({layers::Dense(6, "relu"), layers::Dense(2, "sigmoid")});
   auto precision = std::make_shared<metrics::Precision>();
   auto recall = std::make_shared<metrics::Recall>(0.4);
-  model.compile(optimizers::Adam(0.02), losses::BinaryCrossentropy(), {precision, recall});
+  auto auc = std::make_shared<metrics::AUC>(50, "PR");  // a state of 4 x 50 counts
+  model.compile(optimizers::Adam(0.02), losses::BinaryCrossentropy(), {precision, recall, auc});
   Tensor x = ops::random({RandomDistribution::normal, 0, 1, 31}, {40, 3});
   Tensor y = ops::cast(ops::greater(ops::slice(x, {0, 0}, {40, 2}), ops::scalar_like(x, 0.0)), float32);
   FitOptions fit;
@@ -187,7 +194,8 @@ MetricRun train_with_metric_objects(bool data_parallel) {
   fit.batch_size = 8;
   fit.verbose = 0;
   History history = model.fit(x, y, fit);
-  MetricRun run{history.history["precision"], history.history["recall"], precision->result(), recall->result()};
+  MetricRun run{history.history["precision"], history.history["recall"], history.history["auc"],
+                precision->result(), recall->result(), auc->result()};
   kd::set_distribution(nullptr);
   return run;
 }
@@ -200,6 +208,8 @@ TEST(FunctionalParallel, MetricObjectsHoldTheGlobalStateOnEveryProcess) {
   keras::testing::expect_close(parallel.logged_recall, single.logged_recall, 1e-9, "recall logs");
   EXPECT_NEAR(parallel.precision_result, single.precision_result, 1e-9) << "process " << kd::process_id();
   EXPECT_NEAR(parallel.recall_result, single.recall_result, 1e-9) << "process " << kd::process_id();
+  keras::testing::expect_close(parallel.logged_auc, single.logged_auc, 1e-9, "AUC logs");
+  EXPECT_NEAR(parallel.auc_result, single.auc_result, 1e-9) << "process " << kd::process_id();
 }
 
 }  // namespace
