@@ -7,9 +7,8 @@
 // the sharding rules (docs/ARCHITECTURE.md, "Sharding at op dispatch").
 #include <gtest/gtest.h>
 
-#include "distribution/sharding/redistribute.h"
-#include "distribution/sharding/sharded_tensor.h"
 #include "keras.h"
+#include "saving/checkpoint_files.h"
 #include "tests/test_helpers.h"
 
 namespace keras {
@@ -110,11 +109,7 @@ TrainingResult train(Setup setup, bool own_step = false, bool keras_options = fa
   for (Variable* variable : model->variables()) {
     run.paths.push_back(variable->path());
     run.local_parameters += variable->value.size();
-    Tensor whole = variable->value;
-    if (auto sharding = kd::sharding_of(whole)) {
-      whole = kd::redistribute(whole, *sharding, kd::Sharding::replicated(sharding->mesh(), sharding->global_shape()));
-    }
-    run.weights.push_back(whole.to_vector<double>());
+    run.weights.push_back(checkpoint::full_tensor(variable->value, variable->value).to_vector<double>());
   }
   kd::set_distribution(nullptr);
   return run;

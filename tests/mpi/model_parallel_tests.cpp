@@ -16,6 +16,7 @@
 #include "distribution/sharding/sharding_propagator.h"
 #include "engine/gpu_runtime.h"
 #include "keras.h"
+#include "saving/checkpoint_files.h"
 #include "tests/gpu_emulation/emulated_gpu_group.h"
 #include "tests/mpi/model_parallel_table.h"
 #include "tests/test_helpers.h"
@@ -254,11 +255,7 @@ TrainingRun train(const Case& test, bool sharded) {
     run.devices.push_back(variable->value.device());
     run.local_parameters += variable->value.size();
     run.global_parameters += shape_size(variable->global_shape());
-    Tensor whole = variable->value;
-    if (auto sharding = kd::sharding_of(whole)) {
-      whole = kd::redistribute(whole, *sharding, kd::Sharding::replicated(sharding->mesh(), sharding->global_shape()));
-    }
-    run.weights.push_back(whole.to_vector<double>());
+    run.weights.push_back(checkpoint::full_tensor(variable->value, variable->value).to_vector<double>());
   }
   kd::set_distribution(nullptr);
   return run;

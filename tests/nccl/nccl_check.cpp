@@ -9,12 +9,10 @@
 #include <cstdlib>
 #include <memory>
 
-#include "distribution/sharding/placement.h"
-#include "distribution/sharding/redistribute.h"
 #include "distribution/runtime/runtime.h"
-#include "distribution/sharding/sharded_tensor.h"
 #include "engine/gpu_runtime.h"
 #include "keras.h"
+#include "saving/checkpoint_files.h"
 
 namespace kd = keras::distribution;
 using keras::Device;
@@ -82,12 +80,8 @@ int main() {
       keras::NoGradGuard no_grad;
       for (const Tensor& w : model.weights()) {
         expect(w.device() == gpu, "variables live on the process's GPU");
-        Tensor whole = w;  // a sharded weight is gathered whole (over NCCL)
-        if (auto sharding = kd::sharding_of(whole)) {
-          whole = kd::redistribute(whole, *sharding,
-                                   kd::Sharding::replicated(sharding->mesh(), sharding->global_shape()));
-        }
-        for (double value : whole.to_vector<double>()) weights.push_back(value);
+        // A sharded weight is gathered whole (over NCCL).
+        for (double value : keras::checkpoint::full_tensor(w, w).to_vector<double>()) weights.push_back(value);
       }
       return weights;
     };
