@@ -3,7 +3,9 @@
 # each one for N seconds (default 60) on a copy of its seed corpus, so the corpus in the tree is
 # never written to. Prints one line per harness with libFuzzer's executions and coverage, and
 # exits non-zero if any harness crashed, leaked, hit a sanitizer error, ran out of memory or
-# timed out on an input; its log and reproducer are kept (the paths are printed).
+# timed out on an input; its log and reproducer are kept (the paths are printed). The preset
+# keeps line tables only (-gline-tables-only): enough for the sanitizers' file:line stacks, and
+# the build took 212 s instead of 265 s on 2 cores.
 #
 #   bash scripts/run_fuzzers.sh [seconds]       JOBS=1 bash scripts/run_fuzzers.sh 10
 set -euo pipefail
