@@ -12,7 +12,6 @@
 // every global batch (--batch-size is the global batch) and the gradients are summed.
 // Unset, --batch-size, --learning-rate and --learning-rate-decay follow the model's recipe
 // (recipe_for): 128, 1e-3 and none for the MLP; 64, 3e-3 and 0.7 per epoch for the convnet.
-#include <charconv>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +19,7 @@
 #include <string>
 
 #include "examples/fashion_mnist/guide_convnet.h"
+#include "examples/common/flag_values.h"
 #include "keras.h"
 
 namespace {
@@ -56,16 +56,6 @@ void usage(std::FILE* stream) {
                "                     [--backup-dir DIR] [--device cpu|gpu]\n");
 }
 
-template <typename T>
-T parse_number(const std::string& flag, const std::string& text) {
-  T value{};
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size()) {
-    throw keras::ValueError(keras::str(flag, ": '", text, "' is not a valid number"));
-  }
-  return value;
-}
-
 Flags parse_flags(int argc, char** argv) {
   Flags flags;
   for (int i = 1; i < argc; ++i) {
@@ -85,23 +75,23 @@ Flags parse_flags(int argc, char** argv) {
     if (i + 1 >= argc) throw keras::ValueError(keras::str(flag, " needs a value"));
     std::string value = argv[++i];
     if (flag == "--epochs") {
-      flags.epochs = parse_number<int>(flag, value);
+      flags.epochs = keras::examples::flag_value<int>(flag, value);
       if (flags.epochs < 1) throw keras::ValueError("--epochs must be at least 1");
     } else if (flag == "--batch-size") {
-      flags.batch_size = parse_number<std::int64_t>(flag, value);
+      flags.batch_size = keras::examples::flag_value<std::int64_t>(flag, value);
       if (flags.batch_size < 1) throw keras::ValueError("--batch-size must be at least 1");
     } else if (flag == "--learning-rate") {
-      flags.learning_rate = parse_number<double>(flag, value);
+      flags.learning_rate = keras::examples::flag_value<double>(flag, value);
       if (!(flags.learning_rate > 0)) throw keras::ValueError("--learning-rate must be > 0");
     } else if (flag == "--data-dir") {
       flags.data_dir = value;
     } else if (flag == "--threads") {
-      flags.threads = parse_number<int>(flag, value);
+      flags.threads = keras::examples::flag_value<int>(flag, value);
       if (flags.threads < 1) throw keras::ValueError("--threads must be at least 1");
     } else if (flag == "--seed") {
-      flags.seed = parse_number<std::uint64_t>(flag, value);
+      flags.seed = keras::examples::flag_value<std::uint64_t>(flag, value);
     } else if (flag == "--min-test-accuracy") {
-      flags.min_test_accuracy = parse_number<double>(flag, value);
+      flags.min_test_accuracy = keras::examples::flag_value<double>(flag, value);
     } else if (flag == "--distribution") {
       if (value != "none" && value != "data_parallel") {
         throw keras::ValueError(keras::str("--distribution must be 'none' or 'data_parallel', got '",
@@ -116,7 +106,7 @@ Flags parse_flags(int argc, char** argv) {
         throw keras::ValueError(keras::str("--device must be 'cpu' or 'gpu', got '", value, "'"));
       }
     } else if (flag == "--learning-rate-decay") {
-      flags.learning_rate_decay = parse_number<double>(flag, value);
+      flags.learning_rate_decay = keras::examples::flag_value<double>(flag, value);
       if (!(flags.learning_rate_decay > 0 && flags.learning_rate_decay <= 1)) {
         throw keras::ValueError("--learning-rate-decay must be in (0, 1]");
       }

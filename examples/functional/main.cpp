@@ -10,10 +10,10 @@
 //   mpirun -np 2 functional --distribution model  # the encoder and mixer split over 2
 //   functional [--distribution none|data|model] [--epochs N] [--batch-size N]
 //              [--data-dir DIR] [--min-accuracy X] [--min-footwear-accuracy X]
-#include <charconv>
 #include <cstdio>
 #include <string>
 
+#include "examples/common/flag_values.h"
 #include "keras.h"
 
 namespace {
@@ -29,15 +29,6 @@ struct Flags {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   double min_accuracy = 0.0, min_footwear_accuracy = 0.0;
 };
-
-double parse_number(const std::string& flag, const std::string& text) {
-  double value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || !(value >= 0)) {
-    throw keras::ValueError(keras::str(flag, ": expected a number >= 0, got '", text, "'"));
-  }
-  return value;
-}
 
 Flags parse_flags(int argc, char** argv) {
   Flags flags;
@@ -56,15 +47,15 @@ Flags parse_flags(int argc, char** argv) {
       }
       flags.distribution = value;
     } else if (flag == "--epochs") {
-      flags.epochs = static_cast<int>(parse_number(flag, value));
+      flags.epochs = static_cast<int>(keras::examples::positive_count(flag, value));
     } else if (flag == "--batch-size") {
-      flags.batch_size = static_cast<std::int64_t>(parse_number(flag, value));
+      flags.batch_size = keras::examples::positive_count(flag, value);
     } else if (flag == "--data-dir") {
       flags.data_dir = value;
     } else if (flag == "--min-accuracy") {
-      flags.min_accuracy = parse_number(flag, value);
+      flags.min_accuracy = keras::examples::flag_value<double>(flag, value);
     } else if (flag == "--min-footwear-accuracy") {
-      flags.min_footwear_accuracy = parse_number(flag, value);
+      flags.min_footwear_accuracy = keras::examples::flag_value<double>(flag, value);
     } else {
       throw keras::ValueError(keras::str("unknown flag '", flag, "' (see --help)"));
     }

@@ -8,11 +8,11 @@
 //                  [--data-dir DIR] [--min-test-accuracy X]
 // --model block adds a LayerNormalization between the pair, where the activations are split by
 // columns (a transformer-style block).
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <string>
 
+#include "examples/common/flag_values.h"
 #include "keras.h"
 
 namespace {
@@ -27,15 +27,6 @@ struct Flags {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   double min_test_accuracy = 0.0;
 };
-
-std::int64_t parse_count(const std::string& flag, const std::string& text) {
-  std::int64_t value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || value < 1) {
-    throw keras::ValueError(keras::str(flag, ": expected a positive integer, got '", text, "'"));
-  }
-  return value;
-}
 
 Flags parse_flags(int argc, char** argv) {
   Flags flags;
@@ -53,26 +44,21 @@ Flags parse_flags(int argc, char** argv) {
       if (x == std::string::npos) {
         throw keras::ValueError(keras::str("--mesh: expected BATCHxMODEL such as 2x2, got '", value, "'"));
       }
-      flags.batch_shards = parse_count("--mesh", value.substr(0, x));
-      flags.model_shards = parse_count("--mesh", value.substr(x + 1));
+      flags.batch_shards = keras::examples::positive_count("--mesh", value.substr(0, x));
+      flags.model_shards = keras::examples::positive_count("--mesh", value.substr(x + 1));
     } else if (flag == "--model") {
       if (value != "mlp" && value != "block") {
         throw keras::ValueError(keras::str("--model must be 'mlp' or 'block', got '", value, "'"));
       }
       flags.model = value;
     } else if (flag == "--epochs") {
-      flags.epochs = static_cast<int>(parse_count(flag, value));
+      flags.epochs = static_cast<int>(keras::examples::positive_count(flag, value));
     } else if (flag == "--batch-size") {
-      flags.batch_size = parse_count(flag, value);
+      flags.batch_size = keras::examples::positive_count(flag, value);
     } else if (flag == "--data-dir") {
       flags.data_dir = value;
     } else if (flag == "--min-test-accuracy") {
-      double accuracy = 0;
-      auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), accuracy);
-      if (error != std::errc() || end != value.data() + value.size()) {
-        throw keras::ValueError(keras::str("--min-test-accuracy: '", value, "' is not a number"));
-      }
-      flags.min_test_accuracy = accuracy;
+      flags.min_test_accuracy = keras::examples::flag_value<double>(flag, value);
     } else {
       throw keras::ValueError(keras::str("unknown flag '", flag, "' (see --help)"));
     }

@@ -14,7 +14,6 @@
 // The files of --text-dir (default /usr/share/games/fortunes) are split by file: every fifth
 // file, in name order, is held out for validation.
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +23,7 @@
 #include <string>
 
 #include "examples/transformer_lm/byte_gpt.h"
+#include "examples/common/flag_values.h"
 #include "keras.h"
 
 namespace {
@@ -50,24 +50,6 @@ struct Flags {
   double max_validation_loss = 0;  // > 0: exit with status 2 above it (CTest)
 };
 
-std::int64_t parse_positive(const std::string& flag, const std::string& text) {
-  std::int64_t value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || value < 1) {
-    throw keras::ValueError(keras::str(flag, ": expected a positive integer, got '", text, "'"));
-  }
-  return value;
-}
-
-double parse_real(const std::string& flag, const std::string& text) {
-  double value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || !(value > 0)) {
-    throw keras::ValueError(keras::str(flag, ": expected a positive number, got '", text, "'"));
-  }
-  return value;
-}
-
 Flags parse_flags(int argc, char** argv) {
   Flags flags;
   for (int i = 1; i < argc; ++i) {
@@ -82,18 +64,18 @@ Flags parse_flags(int argc, char** argv) {
     }
     if (i + 1 >= argc) throw keras::ValueError(keras::str(flag, " needs a value"));
     std::string value = argv[++i];
-    if (flag == "--epochs") flags.epochs = static_cast<int>(parse_positive(flag, value));
-    else if (flag == "--steps-per-epoch") flags.steps_per_epoch = static_cast<int>(parse_positive(flag, value));
-    else if (flag == "--batch-size") flags.batch_size = parse_positive(flag, value);
-    else if (flag == "--learning-rate") flags.learning_rate = parse_real(flag, value);
-    else if (flag == "--blocks") flags.blocks = parse_positive(flag, value);
-    else if (flag == "--width") flags.width = parse_positive(flag, value);
-    else if (flag == "--heads") flags.heads = parse_positive(flag, value);
-    else if (flag == "--context") flags.context = parse_positive(flag, value);
-    else if (flag == "--seed") flags.seed = static_cast<std::uint64_t>(parse_positive(flag, value));
+    if (flag == "--epochs") flags.epochs = static_cast<int>(keras::examples::positive_count(flag, value));
+    else if (flag == "--steps-per-epoch") flags.steps_per_epoch = static_cast<int>(keras::examples::positive_count(flag, value));
+    else if (flag == "--batch-size") flags.batch_size = keras::examples::positive_count(flag, value);
+    else if (flag == "--learning-rate") flags.learning_rate = keras::examples::positive_real(flag, value);
+    else if (flag == "--blocks") flags.blocks = keras::examples::positive_count(flag, value);
+    else if (flag == "--width") flags.width = keras::examples::positive_count(flag, value);
+    else if (flag == "--heads") flags.heads = keras::examples::positive_count(flag, value);
+    else if (flag == "--context") flags.context = keras::examples::positive_count(flag, value);
+    else if (flag == "--seed") flags.seed = static_cast<std::uint64_t>(keras::examples::positive_count(flag, value));
     else if (flag == "--csv-log") flags.csv_log = value;
     else if (flag == "--text-dir") flags.text_dir = value;
-    else if (flag == "--max-validation-loss") flags.max_validation_loss = parse_real(flag, value);
+    else if (flag == "--max-validation-loss") flags.max_validation_loss = keras::examples::positive_real(flag, value);
     else if (flag == "--distribution") {
       if (value != "none" && value != "data_parallel" && value != "model_parallel") {
         throw keras::ValueError(keras::str("--distribution must be none, data_parallel or model_parallel, got '",
@@ -105,8 +87,8 @@ Flags parse_flags(int argc, char** argv) {
       if (x == std::string::npos) {
         throw keras::ValueError(keras::str("--mesh: expected BATCHxMODEL such as 2x2, got '", value, "'"));
       }
-      flags.batch_shards = parse_positive("--mesh", value.substr(0, x));
-      flags.model_shards = parse_positive("--mesh", value.substr(x + 1));
+      flags.batch_shards = keras::examples::positive_count("--mesh", value.substr(0, x));
+      flags.model_shards = keras::examples::positive_count("--mesh", value.substr(x + 1));
     } else if (flag == "--device") {
       if (value != "cpu" && value != "gpu") {
         throw keras::ValueError(keras::str("--device must be cpu or gpu, got '", value, "'"));
