@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "engine/errors.h"
+#include "engine/global_batch.h"
 #include "engine/ops.h"
 
 namespace keras::losses {
@@ -31,12 +32,34 @@ void check_predictions(const Tensor& y_pred, const char* loss) {
 
 }  // namespace
 
-Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) const {
-  Tensor losses = call(y_true, y_pred);
-  if (!losses.defined()) throw ValueError(str(name(), ": call() gave an undefined tensor"));
-  if (!sample_weight.defined()) return ops::mean(losses);
-  // Keras' squeeze_or_expand_to_same_rank: weights (batch,) against losses (batch, steps) get a
-  // trailing axis; weights (batch, 1) against losses (batch,) lose theirs.
+Reduction reduction_from_name(const std::string& name) {
+  if (name == "sum_over_batch_size") return Reduction::sum_over_batch_size;
+  if (name == "mean") return Reduction::mean;
+  if (name == "sum") return Reduction::sum;
+  if (name == "mean_with_sample_weight") return Reduction::mean_with_sample_weight;
+  if (name == "none") return Reduction::none;
+  throw ValueError(str("unknown loss reduction '", name, "'; expected one of sum_over_batch_size, mean, sum, ",
+                       "mean_with_sample_weight, none"));
+}
+
+std::string reduction_name(Reduction reduction) {
+  switch (reduction) {
+    case Reduction::sum_over_batch_size: return "sum_over_batch_size";
+    case Reduction::mean: return "mean";
+    case Reduction::sum: return "sum";
+    case Reduction::mean_with_sample_weight: return "mean_with_sample_weight";
+    case Reduction::none: return "none";
+  }
+  return "unknown";
+}
+
+Tensor Loss::mask(const Tensor&, const Tensor&) const { return Tensor(); }
+
+namespace {
+
+}  // namespace
+
+Tensor sample_weights_like(const Tensor& sample_weight, const Tensor& losses, const std::string& loss) {
   Tensor weights = ops::cast(sample_weight, losses.dtype());
   if (weights.rank() == losses.rank() + 1 && weights.shape().back() == 1) weights = ops::squeeze(weights, -1);
   if (weights.rank() < losses.rank()) {
@@ -49,18 +72,73 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor
     fits = weights.dim(axis) == losses.dim(axis) || weights.dim(axis) == 1;
   }
   if (!fits || (losses.rank() > 0 && weights.dim(0) != losses.dim(0))) {
-    throw ShapeError(str(name(), ": sample_weight of shape ", shape_to_string(sample_weight.shape()),
-                         " does not fit the per-sample losses of shape ", shape_to_string(losses.shape()),
+    throw ShapeError(str(loss, ": sample_weight of shape ", shape_to_string(sample_weight.shape()),
+                         " does not fit the values of shape ", shape_to_string(losses.shape()),
                          "; expected one weight per sample, shape (", losses.rank() > 0 ? losses.dim(0) : 1, ",)"));
   }
-  return ops::mean(losses * weights);
+  return weights;
 }
 
-FunctionLoss::FunctionLoss(Function function, std::string name) : function_(std::move(function)), name_(std::move(name)) {
+namespace {
+
+// The sum of a tensor's values, read on the host (a reduction's divisor).
+double host_sum(const Tensor& x) {
+  NoGradGuard no_grad;
+  return ops::cast(ops::sum(x), float64).item();
+}
+
+}  // namespace
+
+Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) const {
+  Tensor losses = call(y_true, y_pred);
+  if (!losses.defined()) throw ValueError(str(name(), ": call() gave an undefined tensor"));
+  Tensor weights = sample_weight.defined() ? sample_weights_like(sample_weight, losses, name()) : Tensor();
+  Tensor kept = mask(y_true, y_pred);
+  if (kept.defined()) {
+    kept = ops::cast(kept, losses.dtype());
+    if (kept.shape() != losses.shape()) {
+      throw ShapeError(str(name(), ": mask() gave shape ", shape_to_string(kept.shape()), "; expected the losses' shape ",
+                           shape_to_string(losses.shape())));
+    }
+    weights = weights.defined() ? weights * kept : kept;
+  }
+  Tensor weighted = weights.defined() ? losses * weights : losses;
+  // Keras returns a scalar loss (or per-sample losses under "none") as it is.
+  if (reduction_ == Reduction::none || losses.rank() == 0) return weighted;
+  const bool divides_by_weights = reduction_ == Reduction::mean_with_sample_weight && weights.defined();
+  // The plain mean over the batch: within a distributed step the trainer's scaling by this
+  // process's share of the rows makes it the global mean already, bit for bit as before.
+  if (!divides_by_weights && reduction_ != Reduction::sum && !kept.defined()) return ops::mean(weighted);
+
+  const GlobalBatch* batch = GlobalBatch::current();
+  const double fraction = batch != nullptr ? batch->local_fraction() : 1.0;
+  const auto local_count = static_cast<double>(losses.size());
+  double factor = 0.0;  // the local sum's multiplier; 0 where there is nothing to divide by
+  if (reduction_ == Reduction::sum) {
+    // The trainer multiplies by `fraction`: the global sum is the sum of the local ones.
+    factor = fraction > 0 ? 1.0 / fraction : 0.0;
+  } else if (divides_by_weights) {
+    std::vector<double> sums{host_sum(weights)};
+    if (batch != nullptr) batch->sum(sums);
+    factor = sums[0] > 0 && fraction > 0 ? 1.0 / (sums[0] * fraction) : 0.0;
+  } else {
+    // Keras weighs each kept value by total / kept (divide_no_nan) and takes the mean over the
+    // total: sum(w*l) / kept, with both counts the global batch's. Scaled by `fraction` and summed
+    // over the processes, total / (kept * local_count) gives that (total / rows is the same on
+    // every process).
+    std::vector<double> counts{local_count, host_sum(kept)};
+    if (batch != nullptr) batch->sum(counts);
+    factor = counts[1] > 0 && local_count > 0 ? counts[0] / (counts[1] * local_count) : 0.0;
+  }
+  return ops::sum(weighted) * factor;
+}
+
+FunctionLoss::FunctionLoss(Function function, std::string name, Reduction reduction)
+    : Loss(reduction), function_(std::move(function)), name_(std::move(name)) {
   if (!function_) throw ValueError(str("FunctionLoss '", name_, "': the function is empty"));
 }
 
-Tensor SparseCategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y_pred) const {
+Tensor SparseCategoricalCrossentropy::labels_of(const Tensor& y_true, const Tensor& y_pred) const {
   const char* loss = "sparse_categorical_crossentropy";
   check_predictions(y_pred, loss);
   if (!y_true.defined()) throw ValueError(str(loss, ": y_true is undefined"));
@@ -80,13 +158,35 @@ Tensor SparseCategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y
                          " do not fit predictions of shape ", shape_to_string(y_pred.shape()),
                          "; expected labels of shape ", shape_to_string(expected)));
   }
+  return labels;
+}
+
+Tensor SparseCategoricalCrossentropy::mask(const Tensor& y_true, const Tensor& y_pred) const {
+  if (!ignore_class_) return Tensor();
+  Tensor labels = labels_of(y_true, y_pred);
+  return ops::not_equal(labels, ops::scalar_like(labels, static_cast<double>(*ignore_class_)));
+}
+
+Tensor SparseCategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y_pred) const {
+  const char* loss = "sparse_categorical_crossentropy";
+  Tensor labels = labels_of(y_true, y_pred);
+  Tensor kept;
+  if (ignore_class_) {
+    // An ignored label may lie outside [0, classes) (padding as -1): it reads class 0, and its
+    // loss is then multiplied by 0, as Keras does (its value is finite, so no NaN reaches the
+    // gradient).
+    kept = mask(y_true, y_pred);
+    labels = ops::where(kept, labels, ops::scalar_like(labels, 0.0));
+  }
   std::int64_t classes = y_pred.shape().back();
   ops::check_indices(labels, 0, classes,
                      str(loss, ": label {} is out of range for ", classes,
-                         " classes; expected labels in [0, ", classes, ")"));
+                         " classes; expected labels in [0, ", classes, ")",
+                         ignore_class_ ? str(" or the ignore_class ", *ignore_class_) : std::string()));
   Tensor picked = ops::one_hot(labels, classes, y_pred.dtype()) *
                   log_probabilities(y_pred, from_logits_);
-  return -ops::sum(picked, {-1});
+  Tensor losses = -ops::sum(picked, {-1});
+  return kept.defined() ? losses * ops::cast(kept, losses.dtype()) : losses;
 }
 
 namespace {
@@ -119,13 +219,13 @@ Tensor l2_normalized(const Tensor& x, std::int64_t axis) {
 }
 }  // namespace
 
-CategoricalCrossentropy::CategoricalCrossentropy(bool from_logits, double label_smoothing)
-    : from_logits_(from_logits), label_smoothing_(label_smoothing) {
+CategoricalCrossentropy::CategoricalCrossentropy(bool from_logits, double label_smoothing, Reduction reduction)
+    : Loss(reduction), from_logits_(from_logits), label_smoothing_(label_smoothing) {
   check_smoothing(label_smoothing, "categorical_crossentropy");
 }
 
-BinaryCrossentropy::BinaryCrossentropy(bool from_logits, double label_smoothing)
-    : from_logits_(from_logits), label_smoothing_(label_smoothing) {
+BinaryCrossentropy::BinaryCrossentropy(bool from_logits, double label_smoothing, Reduction reduction)
+    : Loss(reduction), from_logits_(from_logits), label_smoothing_(label_smoothing) {
   check_smoothing(label_smoothing, "binary_crossentropy");
 }
 
@@ -150,7 +250,7 @@ Tensor MeanAbsoluteError::call(const Tensor& y_true, const Tensor& y_pred) const
   return ops::mean(ops::abs(y_pred - targets), {-1});
 }
 
-Huber::Huber(double delta) : delta_(delta) {
+Huber::Huber(double delta, Reduction reduction) : Loss(reduction), delta_(delta) {
   if (!(delta > 0) || !std::isfinite(delta)) throw ValueError(str("huber_loss: delta must be > 0, got ", delta));
 }
 

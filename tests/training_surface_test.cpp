@@ -184,12 +184,66 @@ TEST(KerasLosses, SampleWeightsReduceAsInKeras) {
   expect_throw_with<ShapeError>(
       [&] { losses::MeanSquaredError()(tensor(kRegressionTargets, {4, 3}), tensor(kRegressionPredictions, {4, 3}),
                                        Tensor::ones({3})); },
-      "sample_weight of shape (3,) does not fit the per-sample losses of shape (4,)");
+      "sample_weight of shape (3,) does not fit the values of shape (4,)");
   // A loss from a function of the user's own reduces and weighs as the built-in ones.
   losses::FunctionLoss squared([](const Tensor& y, const Tensor& p) { return ops::mean(ops::square(p - y), {-1}); },
                                "my_mse");
   EXPECT_NEAR(squared(tensor(kRegressionTargets, {4, 3}), tensor(kRegressionPredictions, {4, 3}), weights).item(),
               kWeightedMeanSquaredError, 1e-6 * std::max(1.0, kWeightedMeanSquaredError));
+}
+
+// The other reductions, and SparseCategoricalCrossentropy's ignore_class (the mean over the
+// labels kept), against Keras on the same inputs.
+TEST(KerasLosses, ReductionsAndIgnoreClassMatchKeras) {
+  using namespace reference;
+  using losses::Reduction;
+  using losses::SparseCategoricalCrossentropy;
+  Tensor weights = tensor(kLossSampleWeights, {4});
+  Tensor targets = tensor(kRegressionTargets, {4, 3}), predictions = tensor(kRegressionPredictions, {4, 3});
+  Tensor logits = tensor(kLogits, {4, 3});
+  auto labels = [](const std::vector<double>& values, Shape shape) { return ops::cast(tensor(values, shape), int64); };
+  auto near = [](double value, double keras, const char* what) {
+    EXPECT_NEAR(value, keras, 1e-6 * std::max(1.0, std::abs(keras))) << what;
+  };
+  near(losses::MeanSquaredError(Reduction::sum)(targets, predictions, weights).item(), kMseSum, "sum");
+  near(losses::MeanSquaredError(Reduction::mean)(targets, predictions, weights).item(), kMseMean, "mean");
+  near(losses::MeanSquaredError(Reduction::mean_with_sample_weight)(targets, predictions, weights).item(),
+       kMseMeanWithSampleWeight, "mean_with_sample_weight");
+  near(losses::MeanSquaredError(Reduction::mean_with_sample_weight)(targets, predictions).item(),
+       kMseMeanWithSampleWeightUnweighted, "mean_with_sample_weight without weights");
+  testing::expect_close(losses::MeanSquaredError(Reduction::none)(targets, predictions, weights).to_vector<double>(),
+                        kMseNone, 1e-6, "none");
+  Tensor padded = labels(kPaddedLabels, {4}), class_two = labels(kClassTwoLabels, {4});
+  near(SparseCategoricalCrossentropy(true, -1)(padded, logits).item(), kIgnorePadding, "ignore_class -1");
+  near(SparseCategoricalCrossentropy(true, 2)(class_two, logits, weights).item(), kIgnoreClassTwoWeighted,
+       "ignore_class 2, weighted");
+  near(SparseCategoricalCrossentropy(true, 2, Reduction::sum)(class_two, logits, weights).item(), kIgnoreClassTwoSum,
+       "ignore_class 2, sum");
+  near(SparseCategoricalCrossentropy(true, 2, Reduction::mean_with_sample_weight)(class_two, logits, weights).item(),
+       kIgnoreClassTwoMeanWithSampleWeight, "ignore_class 2, mean_with_sample_weight");
+  near(SparseCategoricalCrossentropy(true, -1)(labels({-1, -1, -1, -1}, {4}), logits).item(), kIgnoreEveryLabel,
+       "every label ignored");
+  near(SparseCategoricalCrossentropy(true, -1)(labels(kSequenceLabels, {2, 4}), tensor(kSequenceLogits, {2, 4, 3}))
+           .item(),
+       kIgnoreInSequences, "sequences");
+  testing::expect_close(SparseCategoricalCrossentropy(true, -1, Reduction::none)(padded, logits).to_vector<double>(),
+                        kIgnorePaddingNone, 1e-6, "ignore_class, none");
+  // The ignored labels give no gradient; the kept ones their mean's.
+  Tensor leaf = logits.detach();
+  leaf.set_requires_grad(true);
+  SparseCategoricalCrossentropy(true, -1)(padded, leaf).backward();
+  std::vector<double> gradient = leaf.grad().to_vector<double>();
+  for (int column = 0; column < 3; ++column) {
+    EXPECT_EQ(gradient[3 + column], 0.0);
+    EXPECT_EQ(gradient[9 + column], 0.0);
+  }
+  EXPECT_NE(gradient[0], 0.0);
+  // Without ignore_class a padding label is out of range, as before; with it, others still are.
+  expect_throw_with<ValueError>([&] { SparseCategoricalCrossentropy(true)(padded, logits); }, "label -1 is out of range");
+  expect_throw_with<ValueError>([&] { SparseCategoricalCrossentropy(true, 2)(padded, logits); },
+                                "or the ignore_class 2");
+  EXPECT_EQ(losses::reduction_from_name("mean_with_sample_weight"), Reduction::mean_with_sample_weight);
+  expect_throw_with<ValueError>([] { losses::reduction_from_name("average"); }, "unknown loss reduction 'average'");
 }
 
 // fit() with Keras' options against Keras' fit of the same Dense layer: sample_weight,
@@ -199,11 +253,17 @@ struct KerasFitRun {
   std::vector<double> weights;
 };
 
-KerasFitRun fit_like_keras(const FitOptions& options) {
+KerasFitRun fit_like_keras(const FitOptions& options,
+                           losses::LossPtr loss = std::make_shared<losses::SparseCategoricalCrossentropy>(true),
+                           std::vector<MetricSpec> weighted_metrics = {}) {
   using namespace reference;
   clear_session();
   Sequential model({layers::Dense(3)});
-  model.compile(optimizers::SGD(0.1), losses::SparseCategoricalCrossentropy(true), {"accuracy"});
+  CompileOptions compile;
+  compile.loss = {loss};
+  compile.metrics = {{"accuracy"}};
+  if (!weighted_metrics.empty()) compile.weighted_metrics = {weighted_metrics};
+  model.compile(optimizers::SGD(0.1), compile);
   Tensor x = tensor(kFitX, {12, 4});
   model.predict(x);  // builds it
   std::vector<Variable*> variables = model.variables();
@@ -255,6 +315,60 @@ TEST(KerasFit, SampleAndClassWeightsMatchKeras) {
   FitOptions bad_split;
   bad_split.validation_split = 1.0;
   expect_throw_with<ValueError>([&] { fit_like_keras(bad_split); }, "validation_split must be in [0, 1), got 1");
+}
+
+// Keras' fit with a loss that leaves class 2 out of its mean; a loss of reduction "none" cannot
+// train (nor can it in Keras).
+TEST(KerasFit, IgnoreClassMatchesKeras) {
+  using namespace reference;
+  FitOptions options;
+  options.epochs = 2;
+  KerasFitRun run = fit_like_keras(options, std::make_shared<losses::SparseCategoricalCrossentropy>(true, 2));
+  testing::expect_close(run.weights, kFitIgnoreClassWeights, 1e-5, "ignore_class weights");
+  testing::expect_close(run.history.history.at("loss"), kFitIgnoreClassLoss, 1e-5, "ignore_class loss");
+  expect_throw_with<ValueError>(
+      [&] {
+        fit_like_keras(options, std::make_shared<losses::SparseCategoricalCrossentropy>(true, std::nullopt,
+                                                                                         losses::Reduction::none));
+      },
+      "training needs a scalar");
+}
+
+// weighted_metrics beside a metric of the same name log as "weighted_accuracy", weighted by
+// sample_weight or by class_weight (on the training samples only), as in Keras.
+TEST(KerasFit, WeightedMetricsMatchKeras) {
+  using namespace reference;
+  auto loss = std::make_shared<losses::SparseCategoricalCrossentropy>(true);
+  FitOptions by_sample;
+  by_sample.epochs = 2;
+  by_sample.sample_weight = tensor(kFitSampleWeight, {12});
+  KerasFitRun run = fit_like_keras(by_sample, loss, {"accuracy"});
+  testing::expect_close(run.history.history.at("weighted_accuracy"), kFitWeightedAccuracy, 1e-6, "weighted_accuracy");
+  testing::expect_close(run.history.history.at("accuracy"), kFitUnweightedAccuracy, 1e-6, "accuracy");
+  FitOptions by_class;
+  by_class.epochs = 2;
+  by_class.class_weight = {{0, 1.0}, {1, 2.0}, {2, 0.5}};
+  by_class.validation_split = 0.25;
+  run = fit_like_keras(by_class, loss, {"accuracy"});
+  testing::expect_close(run.history.history.at("weighted_accuracy"), kFitClassWeightedWeightedAccuracy, 1e-6,
+                        "class-weighted weighted_accuracy");
+  testing::expect_close(run.history.history.at("val_weighted_accuracy"), kFitClassWeightedValWeightedAccuracy, 1e-6,
+                        "val_weighted_accuracy");
+  // A metric of one's own that overrides only update_state(y_true, y_pred) refuses weights.
+  class Unweighted : public metrics::Metric {
+   public:
+    Unweighted() : Metric("unweighted") {}
+    void update_state(const Tensor&, const Tensor& y_pred) override { add_batch(ops::sum(y_pred) * 0.0, 1.0, 1.0); }
+  };
+  expect_throw_with<ValueError>([&] { fit_like_keras(by_sample, loss, {std::make_shared<Unweighted>()}); },
+                                "metric 'unweighted' takes no sample weights");
+  class Neither : public metrics::Metric {
+   public:
+    Neither() : Metric("neither") {}
+  };
+  Neither neither;
+  expect_throw_with<ValueError>([&] { neither.update_state(Tensor::ones({2}), Tensor::ones({2})); },
+                                "overrides neither update_state");
 }
 
 TEST(KerasFit, InitialEpochAndStepsPerEpochMatchKeras) {
@@ -467,13 +581,27 @@ TEST(KerasMetrics, MatchKerasOverTwoBatches) {
     test.metric->reset_state();
     EXPECT_EQ(test.metric->result(), 0.0) << test.name << " after reset_state";
   }
+  // Weighted by sample, as compile's weighted_metrics update them (Keras' values, in the
+  // script's order of the same cases).
+  ASSERT_EQ(cases.size(), kWeightedMetricValues.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& test = cases[i];
+    Tensor first_true = rows(test.y_true, 0, test.true_columns), second_true = rows(test.y_true, 2, test.true_columns);
+    if (test.true_columns == 1) {
+      first_true = ops::cast(first_true, int64);
+      second_true = ops::cast(second_true, int64);
+    }
+    test.metric->update_state(first_true, rows(test.y_pred, 0, 3), rows(kMetricSampleWeights, 0, 1));
+    test.metric->update_state(second_true, rows(test.y_pred, 2, 3), rows(kMetricSampleWeights, 2, 1));
+    EXPECT_NEAR(test.metric->result(), kWeightedMetricValues[i], 1e-6) << test.name << " weighted";
+  }
   metrics::Mean mean;
   mean.update_state(rows(kRegressionTargets, 0, 3));
   mean.update_state(ops::slice(tensor(kRegressionTargets, {4, 3}), {2, 0}, {2, 1}));
   EXPECT_NEAR(mean.result(), kMeanMetric, 1e-6);
   expect_throw_with<ValueError>([] { metrics::get("auc_of_doom", metrics::LabelKind::sparse); },
                                 "unknown metric 'auc_of_doom'");
-  expect_throw_with<ValueError>([&] { mean.update_state(Tensor::ones({2}), Tensor::ones({2})); },
+  expect_throw_with<ValueError>([&] { static_cast<metrics::Metric&>(mean).update_state(Tensor::ones({2}), Tensor::ones({2})); },
                                 "call update_state(values)");
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/errors.h"
+#include "engine/losses.h"
 #include "engine/ops.h"
 
 namespace keras::metrics {
@@ -93,6 +94,49 @@ void Metric::add_batch(const Tensor& numerator, const Tensor& denominator) {
   device_denominator_.add_term(denominator, 1.0);
 }
 
+void Metric::add_weighted_values(const Tensor& values, const Tensor& sample_weight) {
+  Tensor numbers = ops::cast(values, float64);
+  if (!sample_weight.defined()) {
+    add_batch(ops::sum(numbers), 1.0, static_cast<double>(numbers.size()));
+    return;
+  }
+  Tensor weights = ops::broadcast_to(losses::sample_weights_like(sample_weight, numbers, name()), numbers.shape());
+  add_batch(ops::sum(numbers * weights), ops::sum(weights));
+}
+
+namespace {
+// Set while the default update_state of one form calls the other: a metric that overrides
+// neither would otherwise call them in turn for ever.
+thread_local const Metric* forwarding_update = nullptr;
+
+struct ForwardingUpdate {
+  explicit ForwardingUpdate(const Metric* metric) {
+    if (forwarding_update == metric) {
+      throw ValueError(str("metric '", metric->name(), "' overrides neither update_state(y_true, y_pred) nor ",
+                           "update_state(y_true, y_pred, sample_weight); a metric must override one"));
+    }
+    previous = forwarding_update;
+    forwarding_update = metric;
+  }
+  ~ForwardingUpdate() { forwarding_update = previous; }
+  const Metric* previous;
+};
+}  // namespace
+
+void Metric::update_state(const Tensor& y_true, const Tensor& y_pred) {
+  ForwardingUpdate guard(this);
+  update_state(y_true, y_pred, Tensor());
+}
+
+void Metric::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
+  if (sample_weight.defined()) {
+    throw ValueError(str("metric '", name(), "' takes no sample weights: override update_state(y_true, y_pred, ",
+                         "sample_weight) to use it in weighted_metrics"));
+  }
+  ForwardingUpdate guard(this);
+  update_state(y_true, y_pred);
+}
+
 namespace {
 double batch_size_of(const Tensor& y_pred) {
   return y_pred.rank() == 0 ? 1.0 : static_cast<double>(y_pred.dim(0));
@@ -123,6 +167,21 @@ Tensor in_top_k(const Tensor& labels, const Tensor& y_pred, std::int64_t k) {
   Tensor above = ops::sum(as_float64(ops::greater(scores, label_score)), {-1});
   return ops::less(above, ops::scalar_like(above, double(k)));
 }
+
+// Sample weights broadcast to every element of `values` (float64); undefined stays undefined.
+Tensor element_weights(const Tensor& sample_weight, const Tensor& values, const char* metric) {
+  if (!sample_weight.defined()) return Tensor();
+  Tensor weights = losses::sample_weights_like(sample_weight, as_float64(values), metric);
+  return ops::broadcast_to(weights, values.shape());
+}
+
+// The number of true elements, or the sum of their weights.
+Tensor weighted_count(const Tensor& condition, const Tensor& weights) {
+  return weights.defined() ? ops::sum(as_float64(condition) * weights) : count_of(condition);
+}
+
+// Keras' per-sample values of an error metric: the mean over the last axis (none for rank 1).
+Tensor per_sample_mean(const Tensor& values) { return values.rank() > 1 ? ops::mean(values, {-1}) : values; }
 
 // (predicted positive, actually positive) masks of a binary metric.
 std::pair<Tensor, Tensor> positives(const char* metric, const Tensor& y_true, const Tensor& y_pred, double threshold) {
@@ -158,7 +217,7 @@ void Mean::update_state(const Tensor& value, double sample_weight) {
   add_batch(ops::reshape(as_float64(value), {}), sample_weight, sample_weight);
 }
 
-void Mean::update_state(const Tensor&, const Tensor&) {
+void Mean::update_state(const Tensor&, const Tensor&, const Tensor&) {
   throw ValueError(str("Mean '", name(), "' averages values: call update_state(values); as a compiled metric ",
                        "it has no meaning for (y_true, y_pred)"));
 }
@@ -168,15 +227,16 @@ void Sum::update_state(const Tensor& values) {
   add_batch(ops::sum(as_float64(values)), 1.0, static_cast<double>(values.size()));
 }
 
-void Sum::update_state(const Tensor&, const Tensor&) {
+void Sum::update_state(const Tensor&, const Tensor&, const Tensor&) {
   throw ValueError(str("Sum '", name(), "' adds values: call update_state(values); as a compiled metric ",
                        "it has no meaning for (y_true, y_pred)"));
 }
 
-void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
+void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
   NoGradGuard no_grad;
   check_same_shape("accuracy", y_true, y_pred);
-  add_batch(count_of(ops::equal(as_float64(y_true), as_float64(y_pred))), 1.0, double(y_pred.size()));
+  // Keras compares element by element: each element is a value of the mean.
+  add_weighted_values(ops::equal(as_float64(y_true), as_float64(y_pred)), sample_weight);
 }
 
 BinaryAccuracy::BinaryAccuracy(std::string name, double threshold) : Metric(std::move(name)), threshold_(threshold) {
@@ -185,34 +245,37 @@ BinaryAccuracy::BinaryAccuracy(std::string name, double threshold) : Metric(std:
   }
 }
 
-void BinaryAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
+void BinaryAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
   NoGradGuard no_grad;
   auto [predicted, actual] = positives("binary_accuracy", y_true, y_pred, threshold_);
-  add_batch(count_of(ops::equal(as_float64(predicted), as_float64(y_true))), 1.0, double(y_pred.size()));
+  Tensor right = ops::equal(as_float64(predicted), as_float64(y_true));
+  if (!sample_weight.defined()) {
+    add_batch(count_of(right), 1.0, double(y_pred.size()));
+    return;
+  }
+  // Keras' values are per sample, the mean over the last axis, then weighted.
+  add_weighted_values(y_pred.rank() > 1 ? ops::mean(as_float64(right), {-1}) : right, sample_weight);
 }
 
-void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
+void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
   NoGradGuard no_grad;
   Tensor predicted = ops::argmax(y_pred, -1);
-  Tensor correct = ops::equal(predicted, class_indices(y_true, y_pred));
-  add_batch(count_of(correct), 1.0, static_cast<double>(predicted.size()));
+  add_weighted_values(ops::equal(predicted, class_indices(y_true, y_pred)), sample_weight);
 }
 
-void CategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
+void CategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
   NoGradGuard no_grad;
-  Tensor correct = ops::equal(ops::argmax(y_pred, -1), ops::argmax(y_true, -1));
-  add_batch(count_of(correct), 1.0, static_cast<double>(correct.size()));
+  add_weighted_values(ops::equal(ops::argmax(y_pred, -1), ops::argmax(y_true, -1)), sample_weight);
 }
 
 TopKCategoricalAccuracy::TopKCategoricalAccuracy(std::int64_t k, std::string name) : Metric(std::move(name)), k_(k) {
   if (k < 1) throw ValueError(str("top_k_categorical_accuracy: k must be >= 1, got ", k));
 }
 
-void TopKCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
+void TopKCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
   NoGradGuard no_grad;
   check_same_shape("top_k_categorical_accuracy", y_true, y_pred);
-  Tensor correct = in_top_k(ops::argmax(y_true, -1), y_pred, k_);
-  add_batch(count_of(correct), 1.0, static_cast<double>(correct.size()));
+  add_weighted_values(in_top_k(ops::argmax(y_true, -1), y_pred, k_), sample_weight);
 }
 
 SparseTopKCategoricalAccuracy::SparseTopKCategoricalAccuracy(std::int64_t k, std::string name)
@@ -220,42 +283,52 @@ SparseTopKCategoricalAccuracy::SparseTopKCategoricalAccuracy(std::int64_t k, std
   if (k < 1) throw ValueError(str("sparse_top_k_categorical_accuracy: k must be >= 1, got ", k));
 }
 
-void SparseTopKCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
+void SparseTopKCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                                 const Tensor& sample_weight) {
   NoGradGuard no_grad;
-  Tensor correct = in_top_k(class_indices(y_true, y_pred), y_pred, k_);
-  add_batch(count_of(correct), 1.0, static_cast<double>(correct.size()));
+  add_weighted_values(in_top_k(class_indices(y_true, y_pred), y_pred, k_), sample_weight);
 }
 
 Precision::Precision(double threshold, std::string name) : Metric(std::move(name)), threshold_(threshold) {
   if (!(threshold >= 0 && threshold <= 1)) throw ValueError(str("precision: threshold must be in [0, 1], got ", threshold));
 }
 
-void Precision::update_state(const Tensor& y_true, const Tensor& y_pred) {
+void Precision::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
   NoGradGuard no_grad;
   auto [predicted, actual] = positives("precision", y_true, y_pred, threshold_);
-  add_batch(count_of(ops::logical_and(predicted, actual)), count_of(predicted));
+  Tensor weights = element_weights(sample_weight, y_pred, "precision");
+  add_batch(weighted_count(ops::logical_and(predicted, actual), weights), weighted_count(predicted, weights));
 }
 
 Recall::Recall(double threshold, std::string name) : Metric(std::move(name)), threshold_(threshold) {
   if (!(threshold >= 0 && threshold <= 1)) throw ValueError(str("recall: threshold must be in [0, 1], got ", threshold));
 }
 
-void Recall::update_state(const Tensor& y_true, const Tensor& y_pred) {
+void Recall::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
   NoGradGuard no_grad;
   auto [predicted, actual] = positives("recall", y_true, y_pred, threshold_);
-  add_batch(count_of(ops::logical_and(predicted, actual)), count_of(actual));
+  Tensor weights = element_weights(sample_weight, y_pred, "recall");
+  add_batch(weighted_count(ops::logical_and(predicted, actual), weights), weighted_count(actual, weights));
 }
 
-void MeanSquaredError::update_state(const Tensor& y_true, const Tensor& y_pred) {
+void MeanSquaredError::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
   NoGradGuard no_grad;
   Tensor difference = as_float64(y_pred) - as_float64(y_true);
-  add_batch(ops::mean(ops::square(difference)), batch_size_of(y_pred), batch_size_of(y_pred));
+  if (!sample_weight.defined()) {
+    add_batch(ops::mean(ops::square(difference)), batch_size_of(y_pred), batch_size_of(y_pred));
+    return;
+  }
+  add_weighted_values(per_sample_mean(ops::square(difference)), sample_weight);
 }
 
-void MeanAbsoluteError::update_state(const Tensor& y_true, const Tensor& y_pred) {
+void MeanAbsoluteError::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
   NoGradGuard no_grad;
   Tensor difference = as_float64(y_pred) - as_float64(y_true);
-  add_batch(ops::mean(ops::abs(difference)), batch_size_of(y_pred), batch_size_of(y_pred));
+  if (!sample_weight.defined()) {
+    add_batch(ops::mean(ops::abs(difference)), batch_size_of(y_pred), batch_size_of(y_pred));
+    return;
+  }
+  add_weighted_values(per_sample_mean(ops::abs(difference)), sample_weight);
 }
 
 AUC::AUC(int num_thresholds, std::string curve, std::string summation_method, std::string name, bool from_logits)
@@ -281,7 +354,7 @@ void AUC::reset_state() {
   host_counts_.assign(state_size(), 0.0);
 }
 
-void AUC::update_state(const Tensor& y_true, const Tensor& y_pred) {
+void AUC::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
   NoGradGuard no_grad;
   if (y_true.size() != y_pred.size()) {
     throw ShapeError(str("AUC: labels of shape ", shape_to_string(y_true.shape()), " and predictions of shape ",
@@ -290,11 +363,20 @@ void AUC::update_state(const Tensor& y_true, const Tensor& y_pred) {
   Tensor scores = ops::reshape(as_float64(y_pred), {y_pred.size(), 1});
   if (from_logits_) scores = ops::sigmoid(scores);
   Tensor labels = ops::reshape(as_float64(y_true), {y_true.size(), 1});
+  // Each element weighs its sample's weight: the counts are sums of weights.
+  Tensor weights = sample_weight.defined()
+                       ? ops::reshape(element_weights(sample_weight, ops::reshape(y_pred, y_true.shape()), "AUC"),
+                                      {y_true.size(), 1})
+                       : Tensor();
   Tensor thresholds = Tensor::from_vector(thresholds_, {1, static_cast<std::int64_t>(thresholds_.size())})
                           .to(scores.device());
   Tensor above = as_float64(ops::greater(scores, thresholds));  // (elements, thresholds)
   Tensor below = 1.0 - above;
   Tensor negatives = 1.0 - labels;
+  if (weights.defined()) {
+    labels = labels * weights;
+    negatives = negatives * weights;
+  }
   const Shape row = {1, static_cast<std::int64_t>(thresholds_.size())};
   Tensor batch = ops::concatenate({ops::reshape(ops::sum(labels * above, {0}), row),
                                    ops::reshape(ops::sum(negatives * above, {0}), row),

@@ -55,8 +55,14 @@ class Metric {
  public:
   explicit Metric(std::string name) : name_(std::move(name)) {}
   virtual ~Metric() = default;
-  // Adds one batch. Nothing waits for the batch's device here: see RunningTotal.
-  virtual void update_state(const Tensor& y_true, const Tensor& y_pred) = 0;
+  // Adds one batch. Nothing waits for the batch's device here: see RunningTotal. A metric of
+  // one's own overrides one of the two: this one, or the next to take sample weights too.
+  virtual void update_state(const Tensor& y_true, const Tensor& y_pred);
+  // Keras' update_state(y_true, y_pred, sample_weight): each sample (or value) weighs its
+  // weight (shape (batch,) or (batch, 1), or the values' shape), as compile's weighted_metrics
+  // are updated. Undefined weights: every value weighs 1. The default refuses weights (a metric
+  // that overrides only the two-argument update_state does not know what to do with them).
+  virtual void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight);
   // The value of a state; the default is the mean, numerator / denominator (0 before any data).
   virtual double result_of(double numerator, double denominator) const {
     return denominator > 0 ? numerator / denominator : 0.0;
@@ -85,6 +91,10 @@ class Metric {
   void add_batch(const Tensor& value, double scale, double denominator) { numerator_.add(value, scale, denominator); }
   // Both terms computed on the device (Precision's predicted positives).
   void add_batch(const Tensor& numerator, const Tensor& denominator);
+  // Keras' weighted mean of a batch's values (per sample or per element): sum(values * w) joins
+  // the numerator and sum(w) the denominator, w the sample weights broadcast to the values
+  // (1 for each value when undefined).
+  void add_weighted_values(const Tensor& values, const Tensor& sample_weight);
 
  private:
   std::string name_;
@@ -104,7 +114,7 @@ class Mean : public Metric {
   // nothing.
   void update_state(const Tensor& value, double sample_weight);
   // As a compiled metric it has no (y_true, y_pred) meaning: it says so.
-  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
 };
 
 // The sum of the values given to update_state(values).
@@ -112,7 +122,7 @@ class Sum : public Metric {
  public:
   explicit Sum(std::string name = "sum") : Metric(std::move(name)) {}
   void update_state(const Tensor& values);
-  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
   double result_of(double numerator, double) const override { return numerator; }
 };
 
@@ -120,14 +130,16 @@ class Sum : public Metric {
 class Accuracy : public Metric {
  public:
   explicit Accuracy(std::string name = "accuracy") : Metric(std::move(name)) {}
-  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  using Metric::update_state;
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
 };
 
 // How often (y_pred > threshold) equals the 0/1 label, over every element.
 class BinaryAccuracy : public Metric {
  public:
   explicit BinaryAccuracy(std::string name = "binary_accuracy", double threshold = 0.5);
-  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  using Metric::update_state;
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
 
  private:
   double threshold_;
@@ -138,14 +150,16 @@ class SparseCategoricalAccuracy : public Metric {
  public:
   explicit SparseCategoricalAccuracy(std::string name = "sparse_categorical_accuracy")
       : Metric(std::move(name)) {}
-  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  using Metric::update_state;
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
 };
 
 // Labels are one-hot; right when argmax(y_pred) == argmax(y_true).
 class CategoricalAccuracy : public Metric {
  public:
   explicit CategoricalAccuracy(std::string name = "categorical_accuracy") : Metric(std::move(name)) {}
-  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  using Metric::update_state;
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
 };
 
 // Right when the label's score is among the k largest (fewer than k scores exceed it, as
@@ -153,7 +167,8 @@ class CategoricalAccuracy : public Metric {
 class TopKCategoricalAccuracy : public Metric {
  public:
   explicit TopKCategoricalAccuracy(std::int64_t k = 5, std::string name = "top_k_categorical_accuracy");
-  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  using Metric::update_state;
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
 
  private:
   std::int64_t k_;
@@ -162,7 +177,8 @@ class TopKCategoricalAccuracy : public Metric {
 class SparseTopKCategoricalAccuracy : public Metric {
  public:
   explicit SparseTopKCategoricalAccuracy(std::int64_t k = 5, std::string name = "sparse_top_k_categorical_accuracy");
-  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  using Metric::update_state;
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
 
  private:
   std::int64_t k_;
@@ -172,7 +188,8 @@ class SparseTopKCategoricalAccuracy : public Metric {
 class Precision : public Metric {
  public:
   explicit Precision(double threshold = 0.5, std::string name = "precision");
-  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  using Metric::update_state;
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
 
  private:
   double threshold_;
@@ -182,7 +199,8 @@ class Precision : public Metric {
 class Recall : public Metric {
  public:
   explicit Recall(double threshold = 0.5, std::string name = "recall");
-  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  using Metric::update_state;
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
 
  private:
   double threshold_;
@@ -193,14 +211,15 @@ class Recall : public Metric {
 // [0, 1] (plus one just below 0 and one just above 1), the curve's area then summed by
 // interpolation (or the lower or upper Riemann sum: "minoring", "majoring"). Labels in [0, 1]
 // (soft labels count in part), predictions probabilities (logits with from_logits); every
-// element counts as one sample (multi_label is not supported). The counts stay on the batch's
+// element counts as one sample, weighing its sample's weight (multi_label is not supported). The counts stay on the batch's
 // device until read; under DataParallel they join the logs' all-reduce (4 x num_thresholds
 // numbers).
 class AUC : public Metric {
  public:
   explicit AUC(int num_thresholds = 200, std::string curve = "ROC", std::string summation_method = "interpolation",
                std::string name = "auc", bool from_logits = false);
-  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  using Metric::update_state;
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
   void reset_state() override;
   std::size_t state_size() const override { return 4 * thresholds_.size(); }
   // Laid out as the true positives at each threshold, then the false positives, the true
@@ -222,13 +241,15 @@ class AUC : public Metric {
 class MeanSquaredError : public Metric {
  public:
   explicit MeanSquaredError(std::string name = "mean_squared_error") : Metric(std::move(name)) {}
-  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  using Metric::update_state;
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
 };
 
 class MeanAbsoluteError : public Metric {
  public:
   explicit MeanAbsoluteError(std::string name = "mean_absolute_error") : Metric(std::move(name)) {}
-  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  using Metric::update_state;
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
 };
 
 // sqrt of the mean squared error over everything seen (not the mean of per-batch roots).

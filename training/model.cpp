@@ -180,33 +180,43 @@ void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, const Comp
   }
   std::vector<std::vector<MetricSpec>> metrics = per_output<std::vector<MetricSpec>>(
       "metric lists", options.metrics, options.metrics_by_output, names, {}, false);
+  std::vector<std::vector<MetricSpec>> weighted = per_output<std::vector<MetricSpec>>(
+      "weighted metric lists", options.weighted_metrics, options.weighted_metrics_by_output, names, {}, false);
   std::vector<std::string> log_names;
   const bool several = names.size() > 1;
   if (several) {
     for (const std::string& output : names) log_names.push_back(output + "_loss");
   }
   std::vector<const metrics::Metric*> objects;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    for (const MetricSpec& metric : metrics[i]) {
-      if (const auto& object = metric.object()) {
-        // One object keeps one state: Keras copies a metric given to several outputs, we ask
-        // for one each.
-        if (std::find(objects.begin(), objects.end(), object.get()) != objects.end()) {
-          throw ValueError(str("compile: the metric object '", metric.name(), "' is given twice; give each output ",
-                               "(and each place) its own metric object"));
+  std::vector<CompiledMetric> compiled;
+  // Keras' order: every output's metrics, then every output's weighted metrics.
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto& lists = pass == 0 ? metrics : weighted;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      for (const MetricSpec& metric : lists[i]) {
+        if (const auto& object = metric.object()) {
+          // One object keeps one state: Keras copies a metric given to several outputs, we ask
+          // for one each.
+          if (std::find(objects.begin(), objects.end(), object.get()) != objects.end()) {
+            throw ValueError(str("compile: the metric object '", metric.name(), "' is given twice; give each output ",
+                                 "(and each place) its own metric object"));
+          }
+          objects.push_back(object.get());
         }
-        objects.push_back(object.get());
+        const std::string prefix = several ? names[i] + "_" : "";
+        std::string log_name = prefix + metric.name();
+        // A weighted metric named as one already logged is "weighted_<name>", as in Keras.
+        if (pass == 1 && std::find(log_names.begin(), log_names.end(), log_name) != log_names.end()) {
+          log_name = prefix + "weighted_" + metric.name();
+        }
+        log_names.push_back(log_name);
+        // An unknown metric name fails here, not in fit.
+        compiled.push_back({i, metric.object() ? metric.object() : metrics::get(metric.name(), label_kind(*chosen[i])),
+                            pass == 1});
       }
-      log_names.push_back(several ? names[i] + "_" + metric.name() : metric.name());
     }
   }
-  // An unknown metric name fails here, not in fit.
-  std::vector<std::pair<std::size_t, metrics::MetricPtr>> compiled;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    for (const MetricSpec& metric : metrics[i]) {
-      compiled.emplace_back(i, metric.object() ? metric.object() : metrics::get(metric.name(), label_kind(*chosen[i])));
-    }
-  }
+  for (std::size_t i = 0; i < names.size(); ++i) metrics[i].insert(metrics[i].end(), weighted[i].begin(), weighted[i].end());
   std::vector<std::string> unique(log_names);
   std::sort(unique.begin(), unique.end());
   if (auto twin = std::adjacent_find(unique.begin(), unique.end()); twin != unique.end()) {
@@ -312,10 +322,10 @@ Logs Model::compute_metrics(const StepData& data, const std::vector<Tensor>& y_p
     NoGradGuard no_grad;
     loss_tracker_->update_state(loss.detach(), static_cast<double>(rows));
     const distribution::ShardingContext* sharding = distribution::StepContext::sharding();
-    for (const auto& [output, metric] : compiled_metrics_) {
+    for (const CompiledMetric& compiled : compiled_metrics_) {
       // The metrics see an output whole (it may lie sharded under ModelParallel).
-      Tensor whole = sharding ? sharding->to_data_layout(y_pred[output]) : y_pred[output];
-      metric->update_state(data.y[output], whole.detach());
+      Tensor whole = sharding ? sharding->to_data_layout(y_pred[compiled.output]) : y_pred[compiled.output];
+      compiled.update(data.y[compiled.output], whole.detach(), data.sample_weight);
     }
   }
   return metric_results();
@@ -323,7 +333,7 @@ Logs Model::compute_metrics(const StepData& data, const std::vector<Tensor>& y_p
 
 std::vector<metrics::MetricPtr> Model::metrics() const {
   std::vector<metrics::MetricPtr> all = {loss_tracker_};
-  for (const auto& entry : compiled_metrics_) all.push_back(entry.second);
+  for (const CompiledMetric& entry : compiled_metrics_) all.push_back(entry.metric);
   return all;
 }
 
@@ -350,7 +360,7 @@ Logs Model::metric_results() {
 
 std::size_t Model::log_totals_size() const {
   std::size_t size = 2 + 2 * (metric_names_.size() - compiled_metrics_.size());
-  for (const auto& entry : compiled_metrics_) size += entry.second->state_size();
+  for (const CompiledMetric& entry : compiled_metrics_) size += entry.metric->state_size();
   return size;
 }
 

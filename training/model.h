@@ -55,6 +55,22 @@ class LossSpec {
 // One loss (a vector of one) applies to every output. The total loss is the weighted sum of the
 // outputs' losses; fit logs it as "loss", each output's as "<output>_loss" and each metric as
 // "<output>_<metric>" (with one output: "loss" and the metric's name).
+// A compiled metric: its output, its object, and whether it weighs the samples (Keras'
+// weighted_metrics).
+struct CompiledMetric {
+  std::size_t output = 0;
+  metrics::MetricPtr metric;
+  bool weighted = false;
+  // Updates the metric with a batch's targets and predictions (and weights, when it weighs them).
+  void update(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) const {
+    if (weighted) {
+      metric->update_state(y_true, y_pred, sample_weight);
+    } else {
+      metric->update_state(y_true, y_pred);
+    }
+  }
+};
+
 struct CompileOptions {
   std::vector<LossSpec> loss = {};
   std::map<std::string, LossSpec> loss_by_output = {};
@@ -62,6 +78,11 @@ struct CompileOptions {
   std::map<std::string, double> loss_weights_by_output = {};
   std::vector<std::vector<MetricSpec>> metrics = {};
   std::map<std::string, std::vector<MetricSpec>> metrics_by_output = {};
+  // Keras' weighted_metrics: metrics updated with the sample weights (sample_weight or
+  // class_weight); a name that another metric of the output logs already logs as
+  // "weighted_<name>", as in Keras.
+  std::vector<std::vector<MetricSpec>> weighted_metrics = {};
+  std::map<std::string, std::vector<MetricSpec>> weighted_metrics_by_output = {};
 };
 
 struct ValidationData {
@@ -277,7 +298,7 @@ class Model : public Layer {
   std::vector<std::string> metric_names_;
   // The metric objects of output_metrics_ (made from their names at compile) with their
   // outputs, in the order of their log names; and the loss tracker.
-  std::vector<std::pair<std::size_t, metrics::MetricPtr>> compiled_metrics_;
+  std::vector<CompiledMetric> compiled_metrics_;
   std::shared_ptr<metrics::Mean> loss_tracker_ = std::make_shared<metrics::Mean>("loss");
   ActiveStep* active_step_ = nullptr;  // set by the trainer while a step runs
   ActiveStep& require_active_step(const char* what, bool training) const;

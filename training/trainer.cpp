@@ -15,6 +15,7 @@
 #include "distribution/sharding/step_context.h"
 #include "distribution/sharding/sharded_tensor.h"
 #include "engine/errors.h"
+#include "engine/global_batch.h"
 #include "engine/ops.h"
 #include "distribution/runtime/batch_shard.h"
 #include "distribution/sharding/sharding_propagator.h"
@@ -83,19 +84,22 @@ class EpochLogs {
  public:
   // `outputs`: the model's output count; `metrics`: its compiled metrics (with their outputs),
   // reset here with the loss tracker, which a custom train_step or test_step updates.
-  EpochLogs(std::size_t outputs, std::vector<std::pair<std::size_t, metrics::MetricPtr>> metrics,
+  EpochLogs(std::size_t outputs, std::vector<CompiledMetric> metrics,
             std::shared_ptr<metrics::Mean> loss_tracker = nullptr)
       : metrics_(std::move(metrics)), loss_tracker_(std::move(loss_tracker)) {
     if (outputs > 1) output_losses_.resize(outputs);
-    for (const auto& entry : metrics_) entry.second->reset_state();
+    for (const CompiledMetric& entry : metrics_) entry.metric->reset_state();
     if (loss_tracker_) loss_tracker_->reset_state();
   }
-  // A step's results for `count` rows of this process (none: nothing to add).
-  void add(const Trainer::StepResult& step, const TensorList& y, double count) {
+  // A step's results for `count` rows of this process (none: nothing to add), with the rows'
+  // sample weights (undefined: none) for the weighted metrics.
+  void add(const Trainer::StepResult& step, const TensorList& y, const Tensor& sample_weight, double count) {
     if (count <= 0) return;
     loss_.add(step.loss, count, count);
     for (std::size_t i = 0; i < output_losses_.size(); ++i) output_losses_[i].add(step.output_losses[i], count, count);
-    for (const auto& [output, metric] : metrics_) metric->update_state(y[output], step.predictions[output]);
+    for (const CompiledMetric& entry : metrics_) {
+      entry.update(y[entry.output], step.predictions[entry.output], sample_weight);
+    }
   }
   std::size_t pending_terms() const { return loss_.pending_terms(); }
   // This process's (numerator, denominator) pairs: (sum, count) for the losses. Reading them
@@ -106,8 +110,8 @@ class EpochLogs {
       totals.push_back(total.sum());
       totals.push_back(total.count());
     }
-    for (const auto& entry : metrics_) {
-      std::vector<double> state = entry.second->state();
+    for (const CompiledMetric& entry : metrics_) {
+      std::vector<double> state = entry.metric->state();
       totals.insert(totals.end(), state.begin(), state.end());
     }
     return totals;
@@ -120,9 +124,9 @@ class EpochLogs {
       total.add(totals.at(next), totals.at(next + 1));
       next += 2;
     }
-    for (auto& entry : metrics_) {
-      entry.second->add_to_state(state_at(totals, next, *entry.second));
-      next += entry.second->state_size();
+    for (const CompiledMetric& entry : metrics_) {
+      entry.metric->add_to_state(state_at(totals, next, *entry.metric));
+      next += entry.metric->state_size();
     }
   }
   // Each metric's value from global totals.
@@ -132,9 +136,9 @@ class EpochLogs {
     for (std::size_t i = 0; i < output_losses_.size(); ++i, next += 2) {
       values.push_back(totals[next + 1] > 0 ? totals[next] / totals[next + 1] : 0.0);
     }
-    for (const auto& entry : metrics_) {
-      values.push_back(entry.second->result_from(state_at(totals, next, *entry.second)));
-      next += entry.second->state_size();
+    for (const CompiledMetric& entry : metrics_) {
+      values.push_back(entry.metric->result_from(state_at(totals, next, *entry.metric)));
+      next += entry.metric->state_size();
     }
     return values;
   }
@@ -143,22 +147,22 @@ class EpochLogs {
   void hold_global_state(const std::vector<double>& totals) {
     if (loss_tracker_) loss_tracker_->set_state(totals[0], totals[1]);
     std::size_t next = 2 + 2 * output_losses_.size();
-    for (auto& entry : metrics_) {
-      entry.second->set_state(state_at(totals, next, *entry.second));
-      next += entry.second->state_size();
+    for (const CompiledMetric& entry : metrics_) {
+      entry.metric->set_state(state_at(totals, next, *entry.metric));
+      next += entry.metric->state_size();
     }
   }
   // How many numbers local_totals() gives.
   std::size_t totals_size() const {
     std::size_t size = 2 + 2 * output_losses_.size();
-    for (const auto& entry : metrics_) size += entry.second->state_size();
+    for (const CompiledMetric& entry : metrics_) size += entry.metric->state_size();
     return size;
   }
 
  private:
   metrics::RunningTotal loss_;
   std::vector<metrics::RunningTotal> output_losses_;
-  std::vector<std::pair<std::size_t, metrics::MetricPtr>> metrics_;
+  std::vector<CompiledMetric> metrics_;
   std::shared_ptr<metrics::Mean> loss_tracker_;
 
   static std::vector<double> state_at(const std::vector<double>& totals, std::size_t at, const metrics::Metric& metric) {
@@ -240,6 +244,19 @@ Tensor loss_on_outputs(const losses::Loss& loss, const Tensor& y, const Tensor& 
   ShardedOpScope sharded_ops(&propagator);
   return loss(y, outputs, sample_weight);
 }
+
+// The global batch of a distributed step, for the losses whose reduction needs global sums
+// (engine/global_batch.h): sums over the data-parallel group, which holds each row once.
+class StepBatch final : public GlobalBatch {
+ public:
+  StepBatch(const BatchShard& context, double local_fraction) : context_(context), local_fraction_(local_fraction) {}
+  void sum(std::vector<double>& values) const override { context_.sum(values); }
+  double local_fraction() const override { return local_fraction_; }
+
+ private:
+  const BatchShard& context_;
+  double local_fraction_;
+};
 
 // Keras' sample weights of a fit or evaluate call, one per sample: `sample_weight` (shape
 // (samples,) or (samples, 1); per timestep, (samples, steps)) or, from `class_weight`, the
@@ -354,6 +371,11 @@ Tensor Trainer::compute_loss(const TensorList& y, const TensorList& outputs, Ten
   Tensor total;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     Tensor value = loss_on_outputs(*model_.losses_[i], y[i], outputs[i], sample_weight);
+    if (value.rank() != 0) {
+      throw ValueError(str("the loss '", model_.losses_[i]->name(), "' of output '", model_.output_names()[i],
+                           "' gave shape ", shape_to_string(value.shape()), "; training needs a scalar (Keras' ",
+                           "fit cannot differentiate reduction=\"none\" either): give it another reduction"));
+    }
     // A weight of 1 multiplies nothing: one output's loss is the loss itself, bit for bit.
     if (model_.loss_weights_[i] != 1.0) value = value * model_.loss_weights_[i];
     if (output_losses != nullptr && outputs.size() > 1) output_losses->push_back(value.detach());
@@ -475,6 +497,10 @@ std::optional<Trainer::StepResult> Trainer::call_train_step(const StepData& batc
   distribution::StepContext step_context;
   std::optional<BatchShard::StepScope> scope;
   if (rows != nullptr) scope.emplace(*rows);
+  // A loss whose reduction is not the mean over rows reads the global batch's sums.
+  StepBatch global_batch(context, loss_scale);
+  std::optional<GlobalBatch::Scope> batch_scope;
+  if (context.distributed()) batch_scope.emplace(&global_batch);
   for (Tensor& variable : model_.trainable_weights()) variable.zero_grad();
   Logs logs = model_.train_step(batch);
   if (step.builtin_result) return std::move(step.builtin_result);
@@ -513,7 +539,7 @@ double Trainer::train_on_batch(const TensorList& x, const TensorList& y) {
   // may raise its deferred errors (shared as in global_logs).
   result.output_losses.clear();  // the total only
   EpochLogs total_only(1, {});
-  total_only.add(result, y_local, double(end - begin));
+  total_only.add(result, y_local, Tensor(), double(end - begin));
   std::vector<double> totals = global_totals(context, total_only);
   return totals[1] > 0 ? totals[0] / totals[1] : 0.0;
 }
@@ -713,7 +739,7 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
       std::optional<StepResult> result = call_train_step(step_data, scale, context,
                                                          context.distributed() ? &rows : nullptr, read_logs_here,
                                                          custom_logs);
-      if (result) epoch_logs.add(*result, y_batch, static_cast<double>(end - begin));
+      if (result) epoch_logs.add(*result, y_batch, step_data.sample_weight, static_cast<double>(end - begin));
       steps_done = step + 1;
       if (options.steps_per_epoch > 0) ++pass_batch;
       // A train_step of the user's own returns its logs, read already (metric_results()).
@@ -808,6 +834,10 @@ std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const
     // Runs on every process, even one without rows in a small last batch, as fit's step does:
     // a test_step of the user's own may communicate (metric_results), and all must call it.
     distribution::StepContext step_context;
+    const std::int64_t global_rows = std::min(samples, global_begin + batch_size) - global_begin;
+    StepBatch global_batch(context, global_rows > 0 ? count / static_cast<double>(global_rows) : 0.0);
+    std::optional<GlobalBatch::Scope> batch_scope;
+    if (context.distributed()) batch_scope.emplace(&global_batch);
     StepData batch{batch_rows(x, order, begin, end), batch_rows(y, order, begin, end),
                    sample_weight.defined() ? batch_rows(sample_weight, order, begin, end) : Tensor()};
     ActiveStep active;
@@ -830,7 +860,7 @@ std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const
       if (verbose == 1) bar.update(step + 1, results, step + 1 == steps);
       continue;
     }
-    totals.add(*active.builtin_result, batch.y, count);
+    totals.add(*active.builtin_result, batch.y, batch.sample_weight, count);
     bool read = context.any_process(
         bar_each_batch || totals.pending_terms() >= metrics::RunningTotal::kReadAfterTerms);
     if (read || step + 1 == steps) results = global_logs(context, totals, model_.metric_names_, &global);

@@ -101,6 +101,17 @@ for name, (metric, y_true, y_pred) in metric_cases.items():
     metric.update_state(y_true[:2], y_pred[:2])
     metric.update_state(y_true[2:], y_pred[2:])
     number(name, np.asarray(metric.result()))
+# The same metrics weighted by sample (Keras' update_state(y_true, y_pred, sample_weight)), as
+# compile's weighted_metrics update them: a weight stream of its own, the draws below unchanged.
+metric_weights = np.random.default_rng(8).uniform(0.0, 2.0, size=4).astype("float32")
+array("kMetricSampleWeights", metric_weights)
+weighted_values = []
+for name, (metric, y_true, y_pred) in metric_cases.items():
+    fresh = metric.__class__.from_config(metric.get_config())
+    fresh.update_state(y_true[:2], y_pred[:2], sample_weight=metric_weights[:2])
+    fresh.update_state(y_true[2:], y_pred[2:], sample_weight=metric_weights[2:])
+    weighted_values.append(float(np.asarray(fresh.result())))
+array("kWeightedMetricValues", weighted_values)
 mean = M.Mean()
 mean.update_state(regression_targets[:2])
 mean.update_state(regression_targets[2:, :1])
@@ -191,6 +202,36 @@ weighted_losses = {
 for name, value in weighted_losses.items():
     number(name, np.asarray(value))
 
+# The other reductions, and ignore_class: the mean over the labels kept (padding as -1; a class
+# of its own; every label ignored; a sequence's timesteps).
+padded_labels = np.array([0, -1, 2, -1])
+class_two_labels = np.array([2, 0, 2, 1])
+sequence_logits = np.random.default_rng(7).normal(size=(2, 4, 3)).astype("float32")  # its own stream: the draws below stay as they were
+sequence_labels = np.array([[0, 1, -1, -1], [2, 2, 1, -1]])
+array("kPaddedLabels", padded_labels)
+array("kClassTwoLabels", class_two_labels)
+array("kSequenceLogits", sequence_logits)
+array("kSequenceLabels", sequence_labels)
+SCCE = L.SparseCategoricalCrossentropy
+mse_args = (regression_targets, regression_predictions)
+reduced = {
+    "kMseSum": L.MeanSquaredError(reduction="sum")(*mse_args, sample_weight=loss_weights),
+    "kMseMean": L.MeanSquaredError(reduction="mean")(*mse_args, sample_weight=loss_weights),
+    "kMseMeanWithSampleWeight": L.MeanSquaredError(reduction="mean_with_sample_weight")(*mse_args, sample_weight=loss_weights),
+    "kMseMeanWithSampleWeightUnweighted": L.MeanSquaredError(reduction="mean_with_sample_weight")(*mse_args),
+    "kIgnorePadding": SCCE(from_logits=True, ignore_class=-1)(padded_labels, logits),
+    "kIgnoreClassTwoWeighted": SCCE(from_logits=True, ignore_class=2)(class_two_labels, logits, sample_weight=loss_weights),
+    "kIgnoreClassTwoSum": SCCE(from_logits=True, ignore_class=2, reduction="sum")(class_two_labels, logits, sample_weight=loss_weights),
+    "kIgnoreClassTwoMeanWithSampleWeight":
+        SCCE(from_logits=True, ignore_class=2, reduction="mean_with_sample_weight")(class_two_labels, logits, sample_weight=loss_weights),
+    "kIgnoreEveryLabel": SCCE(from_logits=True, ignore_class=-1)(np.full(4, -1), logits),
+    "kIgnoreInSequences": SCCE(from_logits=True, ignore_class=-1)(sequence_labels, sequence_logits),
+}
+for name, value in reduced.items():
+    number(name, np.asarray(value))
+array("kMseNone", L.MeanSquaredError(reduction=None)(*mse_args, sample_weight=loss_weights))
+array("kIgnorePaddingNone", SCCE(from_logits=True, ignore_class=-1, reduction=None)(padded_labels, logits))
+
 # fit's options against Keras' fit: a Dense(3) layer of known weights, SGD, no shuffling.
 fit_x = rng.normal(size=(12, 4)).astype("float32")
 fit_y = rng.integers(0, 3, size=12)
@@ -204,11 +245,11 @@ array("kFitKernel", fit_kernel)
 array("kFitBias", fit_bias)
 
 
-def keras_fit(**options):
+def keras_fit(loss=None, weighted_metrics=None, **options):
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
     model.layers[0].set_weights([fit_kernel, fit_bias])
-    model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
+    model.compile(keras.optimizers.SGD(0.1), loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"], weighted_metrics=weighted_metrics)
     history = model.fit(fit_x, fit_y, batch_size=4, shuffle=False, verbose=0, **options)
     weights = np.concatenate([w.ravel() for w in model.layers[0].get_weights()])
     return history, weights
@@ -230,6 +271,18 @@ history, weights = keras_fit(epochs=3, initial_epoch=1, steps_per_epoch=2)
 array("kFitStepsWeights", weights)
 array("kFitStepsLoss", history.history["loss"])
 array("kFitStepsEpochs", history.epoch)
+# Class 2 left out of the loss's mean, a batch of 4 at a time.
+history, weights = keras_fit(epochs=2, loss=SCCE(from_logits=True, ignore_class=2))
+array("kFitIgnoreClassWeights", weights)
+array("kFitIgnoreClassLoss", history.history["loss"])
+# weighted_metrics beside metrics of the same name: "weighted_accuracy", by sample and by class.
+history, weights = keras_fit(epochs=2, sample_weight=fit_sample_weight, weighted_metrics=["accuracy"])
+array("kFitWeightedAccuracy", history.history["weighted_accuracy"])
+array("kFitUnweightedAccuracy", history.history["accuracy"])
+history, weights = keras_fit(epochs=2, class_weight={0: 1.0, 1: 2.0, 2: 0.5}, weighted_metrics=["accuracy"],
+                             validation_split=0.25)
+array("kFitClassWeightedWeightedAccuracy", history.history["weighted_accuracy"])
+array("kFitClassWeightedValWeightedAccuracy", history.history["val_weighted_accuracy"])
 
 header = f"""// Made by tests/interop/make_training_surface_references.py with Keras {keras.__version__} on JAX
 // {jax.__version__}: the inputs and Keras' answers tests/training_surface_test.cpp checks. Do not edit.

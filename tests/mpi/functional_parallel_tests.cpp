@@ -65,7 +65,9 @@ enum class Setup { one_process, data_parallel, model_parallel };
 // `own_step`: the model's train_step is TwoTowersWithOwnStep's; `keras_options`: Adam clips by
 // the global norm (far below the gradients', so every step clips), accumulates two steps'
 // gradients and keeps moving averages, which the variables take at the end.
-TrainingResult train(Setup setup, bool own_step = false, bool keras_options = false) {
+// `global_reductions`: the losses' reductions need the global batch's sums (the label loss
+// leaves class 1 out of its mean, the score loss divides by the sum of the sample weights).
+TrainingResult train(Setup setup, bool own_step = false, bool keras_options = false, bool global_reductions = false) {
   clear_session();
   set_random_seed(5);
   const int processes = kd::num_processes();
@@ -80,6 +82,11 @@ TrainingResult train(Setup setup, bool own_step = false, bool keras_options = fa
   std::shared_ptr<Model> model = own_step ? two_tower_model<TwoTowersWithOwnStep>() : two_tower_model();
   CompileOptions options;
   options.loss = {"mse", losses::SparseCategoricalCrossentropy(true)};
+  if (global_reductions) {
+    options.loss = {losses::MeanSquaredError(losses::Reduction::mean_with_sample_weight),
+                    losses::SparseCategoricalCrossentropy(true, /*ignore_class=*/1)};
+    options.weighted_metrics = {{"mae"}, {"accuracy"}};  // weighted by the samples' weights
+  }
   options.loss_weights = {1.0, 0.5};
   options.metrics = {{"mae"}, {"accuracy"}};
   auto adam = std::make_shared<optimizers::Adam>(0.01);
@@ -147,6 +154,22 @@ TEST(FunctionalParallel, TwoInputsTwoOutputsUnderModelParallelMatchOneProcess) {
     EXPECT_LT(sharded.local_parameters, single.local_parameters) << "the LayoutMap split nothing";
   }
   expect_same_training(sharded, single, "ModelParallel");
+}
+
+// Losses whose reductions are not a mean over the rows (ignore_class: the mean over the labels
+// kept; mean_with_sample_weight: over the weights' sum) divide by the global batch's sums,
+// whatever rows each process holds (some hold none of the kept labels); weighted metrics log
+// the global weighted means.
+TEST(FunctionalParallel, LossesThatDivideByGlobalSumsMatchOneProcess) {
+  const int processes = kd::num_processes();
+  ASSERT_GT(processes, 1);
+  TrainingResult single = train(Setup::one_process, false, false, /*global_reductions=*/true);
+  const std::vector<std::string> logs = {"loss", "score_loss", "label_loss", "label_accuracy", "score_weighted_mae",
+                                         "label_weighted_accuracy", "val_loss", "val_label_weighted_accuracy"};
+  expect_same_training(train(Setup::data_parallel, false, false, true), single, "DataParallel", logs);
+  if (processes % 2 == 0) {
+    expect_same_training(train(Setup::model_parallel, false, false, true), single, "ModelParallel", logs);
+  }
 }
 
 // A train_step of the user's own under DataParallel and ModelParallel, with the optimizer
