@@ -103,6 +103,55 @@ TEST(CustomStep, KerasGuidesTrainStepTrainsAsFitsOwnStep) {
   EXPECT_NEAR(tracked[0]->result(), got.evaluation.at("loss"), 1e-12) << "the last step's state: evaluate()'s";
 }
 
+// Two outputs: compute_loss updates each output's loss tracker, so a step of one's own logs
+// "<output>_loss" as fit's own step does (Keras' compiled loss keeps those trackers).
+class TwoHeadsWithOwnStep : public Model {
+ public:
+  using Model::Model;
+  Logs train_step(const StepData& data) override {
+    std::vector<Tensor> y_pred = (*this)(data.x, /*training=*/true);
+    Tensor loss = compute_loss(data, y_pred);
+    apply_gradients(loss);
+    return compute_metrics(data, y_pred, loss);
+  }
+};
+
+template <typename ModelType>
+History train_two_heads() {
+  clear_session();
+  set_random_seed(4);
+  KerasTensor input = Input({2}, "features");
+  KerasTensor hidden = layers::Dense(8, "relu")(input);
+  layers::DenseOptions score_options, label_options;
+  score_options.name = "score";
+  label_options.name = "label";
+  KerasTensor score = layers::Dense(1, "", score_options)(hidden);
+  KerasTensor label = layers::Dense(3, "", label_options)(hidden);
+  ModelType model(std::vector<KerasTensor>{input}, std::vector<KerasTensor>{score, label}, "two_heads");
+  CompileOptions options;
+  options.loss = {"mse", losses::SparseCategoricalCrossentropy(true)};
+  options.loss_weights = {1.0, 0.5};
+  options.metrics = {{"mae"}, {"accuracy"}};
+  model.compile(std::make_shared<optimizers::Adam>(0.01), options);
+  testing::Blobs data = testing::make_blobs(40, /*seed=*/4);  // 40 points of 2 features, 3 classes
+  Tensor target = ops::sum(data.x, {1}, true);
+  FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 2;
+  fit.verbose = 0;
+  fit.shuffle = false;
+  return model.fit({data.x}, {target, data.y}, fit);
+}
+
+TEST(CustomStep, AStepOfItsOwnLogsEachOutputsLoss) {
+  History builtin = train_two_heads<Model>();
+  History custom = train_two_heads<TwoHeadsWithOwnStep>();
+  for (const char* log : {"loss", "score_loss", "label_loss", "score_mae", "label_accuracy"}) {
+    ASSERT_TRUE(custom.history.count(log)) << "a custom step logs no " << log;
+    testing::expect_close(custom.history.at(log), builtin.history.at(log), 1e-12, log);
+  }
+}
+
 TEST(CustomStep, AnOverrideThatCallsTheDefaultIsFitsOwnStep) {
   clear_session();
   set_random_seed(22);

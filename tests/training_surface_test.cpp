@@ -371,6 +371,22 @@ TEST(KerasFit, WeightedMetricsMatchKeras) {
                                 "overrides neither update_state");
 }
 
+// validation_freq as a list of epochs, counted from 1 as Keras counts them.
+TEST(KerasFit, ValidationFrequencyAsAListMatchesKeras) {
+  using namespace reference;
+  FitOptions options;
+  options.epochs = 4;
+  options.validation_split = 0.25;
+  options.validation_freq = {1, 3};
+  KerasFitRun run = fit_like_keras(options);
+  testing::expect_close(run.history.history.at("val_loss"), kFitListedValLoss, 1e-5, "val_loss after epochs 1 and 3");
+  testing::expect_close(run.weights, kFitListedWeights, 1e-5, "weights");
+  options.validation_freq = {0, 2};
+  expect_throw_with<ValueError>([&] { fit_like_keras(options); }, "validation_freq lists the epoch 0");
+  options.validation_freq = 0;
+  expect_throw_with<ValueError>([&] { fit_like_keras(options); }, "validation_freq must be a positive integer");
+}
+
 TEST(KerasFit, InitialEpochAndStepsPerEpochMatchKeras) {
   using namespace reference;
   FitOptions options;

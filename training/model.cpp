@@ -129,6 +129,30 @@ metrics::LabelKind label_kind(const losses::Loss& loss) {
   return loss.binary_labels() ? metrics::LabelKind::binary : metrics::LabelKind::categorical;
 }
 
+bool ValidationFrequency::validates_after(int epoch) const {
+  if (!listed_) return every_ > 0 && (epoch + 1) % every_ == 0;
+  return std::find(epochs_.begin(), epochs_.end(), epoch + 1) != epochs_.end();
+}
+
+void ValidationFrequency::check() const {
+  if (!listed_ && every_ < 1) {
+    throw ValueError(str("fit: validation_freq must be a positive integer (or a list of epochs), got ", every_));
+  }
+  if (listed_ && epochs_.empty()) throw ValueError("fit: validation_freq lists no epochs; give epochs >= 1, or an integer");
+  for (int epoch : epochs_) {
+    if (epoch < 1) {
+      throw ValueError(str("fit: validation_freq lists the epoch ", epoch, "; epochs are counted from 1, as in Keras"));
+    }
+  }
+}
+
+std::int64_t ValidationFrequency::fingerprint() const {
+  if (!listed_) return every_;
+  std::int64_t hash = -1;
+  for (int epoch : epochs_) hash = hash * 1000003 + epoch;
+  return hash;
+}
+
 namespace {
 // One value per output from a vector in output order or a map by output name (not both).
 template <typename T>
@@ -228,6 +252,10 @@ void Model::compile(std::shared_ptr<optimizers::Optimizer> optimizer, const Comp
   output_metrics_ = std::move(metrics);
   metric_names_ = std::move(log_names);
   compiled_metrics_ = std::move(compiled);
+  output_loss_trackers_.clear();
+  if (several) {
+    for (const std::string& output : names) output_loss_trackers_.push_back(std::make_shared<metrics::Mean>(output + "_loss"));
+  }
 }
 
 optimizers::Optimizer& Model::optimizer() {
@@ -299,7 +327,17 @@ Tensor Model::compute_loss(const StepData& data, const std::vector<Tensor>& y_pr
     throw ValueError(str("compute_loss: model '", name(), "' has ", losses_.size(), " output(s) and takes one target ",
                          "array for each, got ", data.y.size()));
   }
-  return Trainer(*this).compute_loss(data.y, y_pred, nullptr, data.sample_weight);
+  std::vector<Tensor> output_losses;
+  Tensor loss = Trainer(*this).compute_loss(data.y, y_pred, &output_losses, data.sample_weight);
+  // Each output's weighted loss joins its tracker, weighted by the rows, as Keras' compiled
+  // loss updates its per-output metrics.
+  const std::int64_t rows = data.y.empty() || data.y[0].rank() == 0 ? 0 : data.y[0].dim(0);
+  if (rows > 0) {
+    for (std::size_t i = 0; i < output_losses.size() && i < output_loss_trackers_.size(); ++i) {
+      output_loss_trackers_[i]->update_state(output_losses[i], static_cast<double>(rows));
+    }
+  }
+  return loss;
 }
 
 void Model::apply_gradients(const Tensor& loss) {
@@ -333,6 +371,7 @@ Logs Model::compute_metrics(const StepData& data, const std::vector<Tensor>& y_p
 
 std::vector<metrics::MetricPtr> Model::metrics() const {
   std::vector<metrics::MetricPtr> all = {loss_tracker_};
+  all.insert(all.end(), output_loss_trackers_.begin(), output_loss_trackers_.end());
   for (const CompiledMetric& entry : compiled_metrics_) all.push_back(entry.metric);
   return all;
 }
@@ -345,12 +384,11 @@ Logs Model::metric_results() {
     totals.insert(totals.end(), state.begin(), state.end());
   }
   BatchShard::current("metric_results").sum(totals);
-  // The compiled metrics' log names follow the outputs' loss names (several outputs).
-  const std::size_t first = metric_names_.size() - compiled_metrics_.size();
+  // In the order of the logs: "loss", then metric_names() (the outputs' losses, the metrics).
   Logs logs;
   std::size_t next = 0;
   for (std::size_t i = 0; i < all.size(); ++i) {
-    const std::string& log_name = i == 0 ? all[0]->name() : metric_names_[first + i - 1];
+    const std::string& log_name = i == 0 ? all[0]->name() : metric_names_[i - 1];
     const auto begin = totals.begin() + static_cast<std::ptrdiff_t>(next);
     next += all[i]->state_size();
     logs[log_name] = all[i]->result_from(std::vector<double>(begin, totals.begin() + static_cast<std::ptrdiff_t>(next)));

@@ -4,6 +4,7 @@
 // variable path. Sequential stacks layers; subclass Model (override call) for custom models.
 #pragma once
 #include <concepts>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -93,6 +94,26 @@ struct ValidationData {
   bool defined() const { return x.defined() || y.defined() || !inputs.empty() || !targets.empty(); }
 };
 
+// Keras' validation_freq: an integer n (validate after every n-th epoch) or a list of epochs
+// (1-based, as Keras counts them: {1, 2, 10} validates after the first, second and tenth).
+class ValidationFrequency {
+ public:
+  ValidationFrequency(int every = 1) : every_(every) {}
+  ValidationFrequency(std::initializer_list<int> epochs) : every_(0), listed_(true), epochs_(epochs) {}
+  explicit ValidationFrequency(std::vector<int> epochs) : every_(0), listed_(true), epochs_(std::move(epochs)) {}
+  // Whether validation runs after the epoch of index `epoch` (0-based).
+  bool validates_after(int epoch) const;
+  // A ValueError for a frequency below 1, an empty list, or an epoch below 1 in it.
+  void check() const;
+  // One number for the processes' agreement check: n, or a hash of the list.
+  std::int64_t fingerprint() const;
+
+ private:
+  int every_;
+  bool listed_ = false;
+  std::vector<int> epochs_;
+};
+
 struct FitOptions {
   std::int64_t batch_size = 32;
   int epochs = 1;
@@ -106,8 +127,8 @@ struct FitOptions {
   // Keras' validation_split: the last fraction of the samples (before shuffling) validates,
   // unless validation_data is given; in [0, 1).
   double validation_split = 0.0;
-  // Validation runs after every validation_freq-th epoch.
-  int validation_freq = 1;
+  // Validation runs after every validation_freq-th epoch, or after the epochs it lists.
+  ValidationFrequency validation_freq = 1;
   // The epoch to start at (its index, as in Keras): fit runs epochs initial_epoch .. epochs-1.
   int initial_epoch = 0;
   // Batches per epoch; 0: one pass over the data. With fewer, the next epoch goes on through
@@ -276,8 +297,10 @@ class Model : public Layer {
   // rows) and the batch to the compiled metrics, and returns metric_results(), as Keras'
   // loss tracker update and compute_metrics do together.
   Logs compute_metrics(const StepData& data, const std::vector<Tensor>& y_pred, const Tensor& loss);
-  // Keras' model.metrics: the loss tracker (a Mean named "loss") and the compiled metrics, in
-  // the order of their logs. fit and evaluate reset them at each epoch and evaluation.
+  // Keras' model.metrics: the loss tracker (a Mean named "loss"), with several outputs each
+  // output's loss tracker ("<output>_loss", updated by compute_loss, as Keras' compiled loss
+  // does), and the compiled metrics, in the order of their logs. fit and evaluate reset them
+  // at each epoch and evaluation.
   std::vector<metrics::MetricPtr> metrics() const;
   // Every metric of metrics() by its log name, over all the data-parallel processes (one
   // all-reduce of their states): what a train_step returns, the same on every process.
@@ -300,6 +323,7 @@ class Model : public Layer {
   // outputs, in the order of their log names; and the loss tracker.
   std::vector<CompiledMetric> compiled_metrics_;
   std::shared_ptr<metrics::Mean> loss_tracker_ = std::make_shared<metrics::Mean>("loss");
+  std::vector<std::shared_ptr<metrics::Mean>> output_loss_trackers_;  // several outputs only
   ActiveStep* active_step_ = nullptr;  // set by the trainer while a step runs
   ActiveStep& require_active_step(const char* what, bool training) const;
   std::shared_ptr<distribution::GradientReducer> gradient_reducer_;

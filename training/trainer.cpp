@@ -85,11 +85,14 @@ class EpochLogs {
   // `outputs`: the model's output count; `metrics`: its compiled metrics (with their outputs),
   // reset here with the loss tracker, which a custom train_step or test_step updates.
   EpochLogs(std::size_t outputs, std::vector<CompiledMetric> metrics,
-            std::shared_ptr<metrics::Mean> loss_tracker = nullptr)
-      : metrics_(std::move(metrics)), loss_tracker_(std::move(loss_tracker)) {
+            std::shared_ptr<metrics::Mean> loss_tracker = nullptr,
+            std::vector<std::shared_ptr<metrics::Mean>> output_loss_trackers = {})
+      : metrics_(std::move(metrics)), loss_tracker_(std::move(loss_tracker)),
+        output_loss_trackers_(std::move(output_loss_trackers)) {
     if (outputs > 1) output_losses_.resize(outputs);
     for (const CompiledMetric& entry : metrics_) entry.metric->reset_state();
     if (loss_tracker_) loss_tracker_->reset_state();
+    for (const auto& tracker : output_loss_trackers_) tracker->reset_state();
   }
   // A step's results for `count` rows of this process (none: nothing to add), with the rows'
   // sample weights (undefined: none) for the weighted metrics.
@@ -146,6 +149,9 @@ class EpochLogs {
   // so result() read by the user after fit() is the logged value on every process.
   void hold_global_state(const std::vector<double>& totals) {
     if (loss_tracker_) loss_tracker_->set_state(totals[0], totals[1]);
+    for (std::size_t i = 0; i < output_loss_trackers_.size() && i < output_losses_.size(); ++i) {
+      output_loss_trackers_[i]->set_state(totals[2 + 2 * i], totals[3 + 2 * i]);
+    }
     std::size_t next = 2 + 2 * output_losses_.size();
     for (const CompiledMetric& entry : metrics_) {
       entry.metric->set_state(state_at(totals, next, *entry.metric));
@@ -164,6 +170,7 @@ class EpochLogs {
   std::vector<metrics::RunningTotal> output_losses_;
   std::vector<CompiledMetric> metrics_;
   std::shared_ptr<metrics::Mean> loss_tracker_;
+  std::vector<std::shared_ptr<metrics::Mean>> output_loss_trackers_;
 
   static std::vector<double> state_at(const std::vector<double>& totals, std::size_t at, const metrics::Metric& metric) {
     if (at + metric.state_size() > totals.size()) {
@@ -555,9 +562,7 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
   if (options.steps_per_epoch < 0) {
     throw ValueError(str("fit: steps_per_epoch must be >= 0 (0: one pass over the data), got ", options.steps_per_epoch));
   }
-  if (options.validation_freq < 1) {
-    throw ValueError(str("fit: validation_freq must be a positive integer, got ", options.validation_freq));
-  }
+  options.validation_freq.check();
   if (!(options.validation_split >= 0.0 && options.validation_split < 1.0)) {
     throw ValueError(str("fit: validation_split must be in [0, 1), got ", options.validation_split));
   }
@@ -622,7 +627,7 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
   std::int64_t samples = x[0].dim(0);
   context.check_same({samples, options.batch_size, options.epochs, options.shuffle ? 1 : 0,
                       validates ? validation_x[0].dim(0) : -1, options.initial_epoch, options.steps_per_epoch,
-                      options.validation_freq, weights.defined() ? 1 : 0},
+                      options.validation_freq.fingerprint(), weights.defined() ? 1 : 0},
                      "fit");
   if (options.batch_size % context.shards() != 0) {
     throw ValueError(str("fit: batch_size is the global batch and must be divisible by the ",
@@ -690,7 +695,8 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
       order = permutation(samples, options.shuffle, shuffle_engine);
       pass_batch = 0;
     }
-    EpochLogs epoch_logs(model_.losses_.size(), model_.compiled_metrics_, model_.loss_tracker_);
+    EpochLogs epoch_logs(model_.losses_.size(), model_.compiled_metrics_, model_.loss_tracker_,
+                         model_.output_loss_trackers_);
     // A run resumed mid-epoch starts from the saved global totals of the batches done; the
     // first process of the data-parallel group holds them (logs sum over that group).
     if (start_step > 0 && context.shard_id() == 0) epoch_logs.add_totals(resumed_totals);
@@ -782,7 +788,7 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
     }
     if (!model_.position_.totals.empty()) epoch_logs.hold_global_state(model_.position_.totals);
     if (options.steps_per_epoch > 0 && pass_batch >= steps) pass_batch = 0;  // the next epoch starts a pass
-    if (validates && (epoch + 1) % options.validation_freq == 0) {
+    if (validates && options.validation_freq.validates_after(epoch)) {
       std::int64_t validation_batch =
           options.validation_batch_size > 0 ? options.validation_batch_size : batch_size;
       auto validation = run_evaluation(validation_x, validation_y, validation_weights, validation_batch, 0);
@@ -819,7 +825,8 @@ std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const
   context.check_same({samples, batch_size, sample_weight.defined() ? 1 : 0}, "evaluate");
   if (!context.prints()) verbose = 0;
   std::int64_t steps = (samples + batch_size - 1) / batch_size;
-  EpochLogs totals(model_.losses_.size(), model_.compiled_metrics_, model_.loss_tracker_);
+  EpochLogs totals(model_.losses_.size(), model_.compiled_metrics_, model_.loss_tracker_,
+                   model_.output_loss_trackers_);
   std::mt19937_64 unused_engine(0);
   std::vector<std::int64_t> order = permutation(samples, /*shuffle=*/false, unused_engine);
   const bool bar_each_batch = ProgressBar::redraws_in_place(verbose);  // on this process

@@ -275,6 +275,10 @@ array("kFitStepsEpochs", history.epoch)
 history, weights = keras_fit(epochs=2, loss=SCCE(from_logits=True, ignore_class=2))
 array("kFitIgnoreClassWeights", weights)
 array("kFitIgnoreClassLoss", history.history["loss"])
+# validation_freq as a list of epochs (1-based).
+history, weights = keras_fit(epochs=4, validation_split=0.25, validation_freq=[1, 3])
+array("kFitListedValLoss", history.history["val_loss"])
+array("kFitListedWeights", weights)
 # weighted_metrics beside metrics of the same name: "weighted_accuracy", by sample and by class.
 history, weights = keras_fit(epochs=2, sample_weight=fit_sample_weight, weighted_metrics=["accuracy"])
 array("kFitWeightedAccuracy", history.history["weighted_accuracy"])
