@@ -105,17 +105,6 @@ TEST(CustomStep, KerasGuidesTrainStepTrainsAsFitsOwnStep) {
 
 // Two outputs: compute_loss updates each output's loss tracker, so a step of one's own logs
 // "<output>_loss" as fit's own step does (Keras' compiled loss keeps those trackers).
-class TwoHeadsWithOwnStep : public Model {
- public:
-  using Model::Model;
-  Logs train_step(const StepData& data) override {
-    std::vector<Tensor> y_pred = (*this)(data.x, /*training=*/true);
-    Tensor loss = compute_loss(data, y_pred);
-    apply_gradients(loss);
-    return compute_metrics(data, y_pred, loss);
-  }
-};
-
 template <typename ModelType>
 History train_two_heads() {
   clear_session();
@@ -145,7 +134,7 @@ History train_two_heads() {
 
 TEST(CustomStep, AStepOfItsOwnLogsEachOutputsLoss) {
   History builtin = train_two_heads<Model>();
-  History custom = train_two_heads<TwoHeadsWithOwnStep>();
+  History custom = train_two_heads<testing::GuideTrainStepModel>();
   for (const char* log : {"loss", "score_loss", "label_loss", "score_mae", "label_accuracy"}) {
     ASSERT_TRUE(custom.history.count(log)) << "a custom step logs no " << log;
     testing::expect_close(custom.history.at(log), builtin.history.at(log), 1e-12, log);

@@ -11,6 +11,19 @@
 
 namespace keras::testing {
 
+// A functional model with Keras' guide's train_step ("Customizing what happens in fit()"):
+// outputs, compute_loss, apply_gradients, compute_metrics. It must train as fit's own step.
+class GuideTrainStepModel : public Model {
+ public:
+  using Model::Model;
+  Logs train_step(const StepData& data) override {
+    std::vector<Tensor> y_pred = (*this)(data.x, /*training=*/true);
+    Tensor loss = compute_loss(data, y_pred);
+    apply_gradients(loss);
+    return compute_metrics(data, y_pred, loss);
+  }
+};
+
 inline Tensor random_tensor(const Shape& shape, std::uint64_t seed, DType dtype = float64,
                             double low = -1.0, double high = 1.0) {
   return ops::random({RandomDistribution::uniform, low, high, seed}, shape, dtype);

@@ -29,19 +29,6 @@ layers::DenseOptions named(const std::string& name) {
   return options;
 }
 
-// The model with Keras' guide's train_step of its own (compute_loss, apply_gradients,
-// compute_metrics): the gradient sums and the global logs are the trainer's, as in fit's step.
-class TwoTowersWithOwnStep : public Model {
- public:
-  using Model::Model;
-  Logs train_step(const StepData& data) override {
-    std::vector<Tensor> y_pred = (*this)(data.x, /*training=*/true);
-    Tensor loss = compute_loss(data, y_pred);
-    apply_gradients(loss);
-    return compute_metrics(data, y_pred, loss);
-  }
-};
-
 // Keras' guide's shape of model: two inputs through one shared layer, a residual, a merge, and
 // two heads (a regression score and 3-class logits).
 template <typename ModelType = Model>
@@ -62,7 +49,7 @@ std::shared_ptr<Model> two_tower_model() {
 
 enum class Setup { one_process, data_parallel, model_parallel };
 
-// `own_step`: the model's train_step is TwoTowersWithOwnStep's; `keras_options`: Adam clips by
+// `own_step`: the model's train_step is Keras' guide's (testing::GuideTrainStepModel); `keras_options`: Adam clips by
 // the global norm (far below the gradients', so every step clips), accumulates two steps'
 // gradients and keeps moving averages, which the variables take at the end.
 // `global_reductions`: the losses' reductions need the global batch's sums (the label loss
@@ -79,7 +66,7 @@ TrainingResult train(Setup setup, bool own_step = false, bool keras_options = fa
     (*map)["mix/kernel"] = {"model", std::nullopt};
     kd::set_distribution(std::make_shared<kd::ModelParallel>(map));
   }
-  std::shared_ptr<Model> model = own_step ? two_tower_model<TwoTowersWithOwnStep>() : two_tower_model();
+  std::shared_ptr<Model> model = own_step ? two_tower_model<keras::testing::GuideTrainStepModel>() : two_tower_model();
   CompileOptions options;
   options.loss = {"mse", losses::SparseCategoricalCrossentropy(true)};
   if (global_reductions) {
