@@ -273,6 +273,36 @@ void Optimizer::set_slots(const Tensor& variable, const std::vector<Tensor>& slo
   slots_[variable.impl()] = std::move(copies);
 }
 
+Optimizer::OutsideSlots Optimizer::outside_slots_of(const Tensor& variable) const {
+  OutsideSlots state;
+  if (auto found = accumulated_.find(variable.impl()); found != accumulated_.end()) state.accumulated = found->second;
+  if (auto found = averages_.find(variable.impl()); found != averages_.end()) state.average = found->second;
+  return state;
+}
+
+void Optimizer::set_outside_slots(const Tensor& variable, const OutsideSlots& state) {
+  auto copy_of = [&](const Tensor& given, const char* what) {
+    if (given.shape() != variable.shape() || given.dtype() != variable.dtype()) {
+      throw ShapeError(str(name_, ": ", what, " of shape ", shape_to_string(given.shape()), " (",
+                           dtype_name(given.dtype()), ") for variable '", variable.name(), "' of shape ",
+                           shape_to_string(variable.shape()), " (", dtype_name(variable.dtype()),
+                           "); expected the variable's"));
+    }
+    Tensor copy = Tensor::zeros(variable.shape(), variable.dtype(), variable.device());
+    copy.assign(given.device() == variable.device() ? given : given.to(variable.device()));
+    return copy;
+  };
+  accumulated_.erase(variable.impl());
+  averages_.erase(variable.impl());
+  if (state.accumulated.defined()) accumulated_.emplace(variable.impl(), copy_of(state.accumulated, "a gradient sum"));
+  if (state.average.defined()) averages_.emplace(variable.impl(), copy_of(state.average, "a moving average"));
+}
+
+void Optimizer::set_calls(std::int64_t value) {
+  if (value < 0) throw ValueError(str(name_, ": the calls made must be >= 0, got ", value));
+  calls_ = value;
+}
+
 void Optimizer::set_iterations(std::int64_t value) {
   if (value < 0) throw ValueError(str(name_, ": iterations must be >= 0, got ", value));
   calls_ = value * std::max(accumulation_steps_, 1);

@@ -64,6 +64,18 @@ class Optimizer {
   // Replaces the slots of `variable`; each must have its shape and dtype.
   void set_slots(const Tensor& variable, const std::vector<Tensor>& slots);
   void set_iterations(std::int64_t value);
+  // The per-variable state outside the slots: the gradient sum in progress
+  // (gradient_accumulation_steps) and the moving average (use_ema), each undefined where there
+  // is none; and the calls of apply() made, which place the next one in its accumulation
+  // cycle. A backup taken between two updates resumes with them as the run was.
+  struct OutsideSlots {
+    Tensor accumulated, average;
+  };
+  OutsideSlots outside_slots_of(const Tensor& variable) const;
+  // Replaces them (undefined: none); each must have the variable's shape and dtype.
+  void set_outside_slots(const Tensor& variable, const OutsideSlots& state);
+  std::int64_t calls() const { return calls_; }
+  void set_calls(std::int64_t value);
 
   // Keras' gradient clipping, applied by apply() before the weight decay and the update; at
   // most one of the three may be set (Keras refuses two), each a finite number > 0, or 0 for
@@ -83,7 +95,7 @@ class Optimizer {
   // the variables every `steps`-th call with their mean (clipped then); the calls between
   // update nothing; iterations() counts updates (schedules and Adam's bias correction see
   // them), as Keras'. 0 or 1: every call updates. The sums in progress are not part
-  // of slots_of(), so a backup taken between updates resumes without them.
+  // of slots_of() but outside_slots_of(), which BackupAndRestore saves with calls().
   Optimizer& set_gradient_accumulation_steps(int steps);
   int gradient_accumulation_steps() const { return accumulation_steps_; }
   // Keras' use_ema: after each call, an exponential moving average of each variable,

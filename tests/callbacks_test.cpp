@@ -200,13 +200,21 @@ struct RunResult {
 
 // The same program each time, as a restarted process would run it: same seeds, same model.
 // 120 samples in batches of 16: 8 batches an epoch, the last one short (8 samples).
+// `accumulate_and_average`: Adam adds 5 steps' gradients up before each update and keeps moving
+// averages, state a backup between two updates must hold.
 RunResult train(const std::string& backup_dir, BackupAndRestore::Options options,
-                std::shared_ptr<Callback> interrupt = nullptr, std::int64_t batch_size = 16) {
+                std::shared_ptr<Callback> interrupt = nullptr, std::int64_t batch_size = 16,
+                bool accumulate_and_average = false) {
   clear_session();
   set_random_seed(3);
   Blobs data = make_blobs(120, 9), validation = make_blobs(32, 10);
   Sequential model({layers::Dense(8, "relu"), layers::Dropout(0.2), layers::Dense(3)});
-  model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true), {"accuracy"});
+  auto adam = std::make_shared<optimizers::Adam>(0.01);
+  if (accumulate_and_average) {
+    adam->set_gradient_accumulation_steps(5);
+    adam->set_ema(true, 0.9);
+  }
+  model.compile(adam, losses::SparseCategoricalCrossentropy(true), {"accuracy"});
   model.predict(ops::slice(data.x, {0, 0}, {1, 2}));  // builds it, as Keras requires
   RunResult result;
   result.backup = std::make_shared<BackupAndRestore>(backup_dir, options);
@@ -266,6 +274,18 @@ TEST_F(CallbacksTest, BackupAndRestoreInBatchesResumesAtTheBatch) {
   // The epoch totals so far came back too: the resumed epoch's loss is the uninterrupted one's.
   EXPECT_NEAR(resumed.history.history.at("loss").front(), reference.history.history.at("loss")[1],
               1e-9);
+}
+
+// A backup between two updates of an optimizer that accumulates gradients (after the 12th
+// batch, 2 of 5 added up) holds the sums in progress, the moving averages and the calls made:
+// the resumed run ends with the uninterrupted run's weights (the averages, after fit).
+TEST_F(CallbacksTest, BackupAndRestoreKeepsGradientSumsAndAverages) {
+  BackupAndRestore::Options every_three = {.save_freq = std::int64_t{3}};
+  RunResult reference = train(file("reference"), every_three, nullptr, 16, /*accumulate_and_average=*/true);
+  EXPECT_THROW(train(file("backup"), every_three, std::make_shared<Interrupt>(1, 5), 16, true), std::runtime_error);
+  RunResult resumed = train(file("backup"), every_three, nullptr, 16, true);
+  EXPECT_EQ(resumed.backup->restored_step(), 4);
+  expect_same_run(resumed, reference);
 }
 
 TEST_F(CallbacksTest, BackupAndRestoreFallsBackToThePreviousBackup) {

@@ -387,6 +387,76 @@ TEST(KerasFit, ValidationFrequencyAsAListMatchesKeras) {
   expect_throw_with<ValueError>([&] { fit_like_keras(options); }, "validation_freq must be a positive integer");
 }
 
+// Sample weights by output (Keras' list, and the dict that leaves an output out): each head's
+// loss and weighted metrics weighed by its own array, against Keras' fit and evaluate of the
+// same two-head model.
+TEST(KerasFit, SampleWeightsByOutputMatchKeras) {
+  using namespace reference;
+  clear_session();
+  KerasTensor features = Input({4}, "features");
+  layers::DenseOptions hidden_options, score_options, label_options;
+  hidden_options.name = "hidden";
+  score_options.name = "score";
+  label_options.name = "label";
+  KerasTensor hidden = layers::Dense(5, "tanh", hidden_options)(features);
+  Model heads(std::vector<KerasTensor>{features},
+              std::vector<KerasTensor>{layers::Dense(1, "", score_options)(hidden),
+                                       layers::Dense(3, "", label_options)(hidden)},
+              "heads");
+  CompileOptions options;
+  options.loss = {"mse", losses::SparseCategoricalCrossentropy(true)};
+  options.weighted_metrics = {{"mae"}, {"accuracy"}};
+  heads.compile(optimizers::SGD(0.1), options);
+  Tensor x = tensor(kFitX, {12, 4});
+  heads.predict({x});  // builds it
+  std::size_t next = 0;
+  for (Variable* variable : heads.variables()) {
+    const std::int64_t size = variable->value.size();
+    std::vector<double> values(kHeadsInitialWeights.begin() + static_cast<std::ptrdiff_t>(next),
+                               kHeadsInitialWeights.begin() + static_cast<std::ptrdiff_t>(next + size));
+    variable->value.assign(tensor(values, variable->value.shape()));
+    next += static_cast<std::size_t>(size);
+  }
+  ASSERT_EQ(next, kHeadsInitialWeights.size());
+  const std::vector<Tensor> y = {tensor(kHeadsScore, {12, 1}), ops::cast(tensor(kFitY, {12}), int64)};
+  FitOptions fit;
+  fit.batch_size = 4;
+  fit.epochs = 2;
+  fit.shuffle = false;
+  fit.verbose = 0;
+  fit.output_sample_weights = {tensor(kHeadsScoreWeight, {12}), tensor(kHeadsLabelWeight, {12})};
+  History history = heads.fit({x}, y, fit);
+  const std::map<std::string, const std::vector<double>*> keras_logs = {
+      {"loss", &kHeads_loss}, {"score_loss", &kHeads_score_loss}, {"label_loss", &kHeads_label_loss},
+      {"score_mae", &kHeads_score_mae}, {"label_accuracy", &kHeads_label_accuracy}};
+  for (const auto& [log, keras] : keras_logs) testing::expect_close(history.history.at(log), *keras, 1e-5, log);
+  std::vector<double> trained;
+  for (Variable* variable : heads.variables()) {
+    for (double value : variable->value.to_vector<double>()) trained.push_back(value);
+  }
+  testing::expect_close(trained, kHeadsTrainedWeights, 1e-5, "weights");
+  EvaluateOptions evaluate;
+  evaluate.batch_size = 4;
+  evaluate.verbose = 0;
+  evaluate.sample_weight_by_output = {{"score", tensor(kHeadsScoreWeight, {12})}};
+  std::map<std::string, double> results = heads.evaluate({x}, y, evaluate);
+  const std::map<std::string, double> keras_results = {
+      {"loss", kHeadsEvaluate_loss}, {"score_loss", kHeadsEvaluate_score_loss},
+      {"label_loss", kHeadsEvaluate_label_loss}, {"score_mae", kHeadsEvaluate_score_mae},
+      {"label_accuracy", kHeadsEvaluate_label_accuracy}};
+  for (const auto& [log, keras] : keras_results) EXPECT_NEAR(results.at(log), keras, 1e-5) << "evaluate " << log;
+
+  FitOptions both = fit;
+  both.sample_weight = tensor(kHeadsScoreWeight, {12});
+  expect_throw_with<ValueError>([&] { heads.fit({x}, y, both); }, "one of the three");
+  FitOptions one_short = fit;
+  one_short.output_sample_weights.pop_back();
+  expect_throw_with<ValueError>([&] { heads.fit({x}, y, one_short); }, "1 output_sample_weights for a model of 2");
+  evaluate.sample_weight_by_output = {{"scores", tensor(kHeadsScoreWeight, {12})}};
+  expect_throw_with<ValueError>([&] { heads.evaluate({x}, y, evaluate); },
+                                "names output 'scores', but the model's outputs are score, label");
+}
+
 TEST(KerasFit, InitialEpochAndStepsPerEpochMatchKeras) {
   using namespace reference;
   FitOptions options;
@@ -584,6 +654,24 @@ TEST(KerasMetrics, MatchKerasOverTwoBatches) {
        kAucPrMajoringMetric},
       {"AUC(from_logits)", std::make_shared<metrics::AUC>(200, "ROC", "interpolation", "auc", true), kBinaryTargets,
        3, kLogits, kAucFromLogitsMetric},
+      {"AUC(multi_label)", std::make_shared<metrics::AUC>(200, "ROC", "interpolation", "auc", false, true, 3),
+       kBinaryTargets, 3, kSigmoid, kAucMultiLabelMetric},
+      {"AUC(PR, multi_label, label_weights)",
+       std::make_shared<metrics::AUC>(200, "PR", "interpolation", "auc", false, true, 3,
+                                      std::vector<double>{0.2, 1.0, 0.5}),
+       kBinaryTargets, 3, kSigmoid, kAucMultiLabelWeightedPrMetric},
+      {"AUC(label_weights)",
+       std::make_shared<metrics::AUC>(200, "ROC", "interpolation", "auc", false, false, 0,
+                                      std::vector<double>{0.2, 1.0, 0.5}),
+       kBinaryTargets, 3, kSigmoid, kAucLabelWeightsMetric},
+      {"Precision(top_k=2)", std::make_shared<metrics::Precision>(std::nullopt, "precision", 2), kBinaryTargets, 3,
+       kSigmoid, kPrecisionTopKMetric},
+      {"Recall(class_id=1)", std::make_shared<metrics::Recall>(std::nullopt, "recall", std::nullopt, 1),
+       kBinaryTargets, 3, kSigmoid, kRecallClassIdMetric},
+      {"Precision(0.4, top_k=2, class_id=2)", std::make_shared<metrics::Precision>(0.4, "precision", 2, 2),
+       kBinaryTargets, 3, kSigmoid, kPrecisionThresholdTopKClassIdMetric},
+      {"Recall(top_k=1) on logits", std::make_shared<metrics::Recall>(std::nullopt, "recall", 1), kBinaryTargets, 3,
+       kLogits, kRecallTopKOnLogitsMetric},
   };
   for (const Case& test : cases) {
     Tensor first_true = rows(test.y_true, 0, test.true_columns), second_true = rows(test.y_true, 2, test.true_columns);
@@ -615,6 +703,11 @@ TEST(KerasMetrics, MatchKerasOverTwoBatches) {
   mean.update_state(rows(kRegressionTargets, 0, 3));
   mean.update_state(ops::slice(tensor(kRegressionTargets, {4, 3}), {2, 0}, {2, 1}));
   EXPECT_NEAR(mean.result(), kMeanMetric, 1e-6);
+  expect_throw_with<ValueError>([] { metrics::AUC(200, "ROC", "interpolation", "auc", false, true); },
+                                "multi_label needs num_labels >= 1");
+  metrics::AUC two_labels(200, "ROC", "interpolation", "auc", false, true, 2);
+  expect_throw_with<ShapeError>([&] { two_labels.update_state(Tensor::ones({4, 3}), Tensor::ones({4, 3})); },
+                                "takes predictions of shape (batch, 2), got (4, 3)");
   expect_throw_with<ValueError>([] { metrics::get("auc_of_doom", metrics::LabelKind::sparse); },
                                 "unknown metric 'auc_of_doom'");
   expect_throw_with<ValueError>([&] { static_cast<metrics::Metric&>(mean).update_state(Tensor::ones({2}), Tensor::ones({2})); },

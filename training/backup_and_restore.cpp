@@ -167,8 +167,15 @@ struct Backup {
   TrainingPosition position;
   double learning_rate = 0.0;
   std::int64_t iterations = 0;
+  std::int64_t calls = -1;  // the optimizer's calls (-1: a backup from before they were saved)
+  // The optimizer's state outside the slots, for the variables that have some.
+  std::map<Variable*, optimizers::Optimizer::OutsideSlots> outside_slots;
   std::uint64_t seed_state = 0;
 };
+
+// The names of the optimizer's state outside a variable's slots in a backup.
+std::string accumulated_key(const Variable& variable) { return "optimizer_accumulated/" + variable.path(); }
+std::string average_key(const Variable& variable) { return "optimizer_average/" + variable.path(); }
 
 // Reads `path` and checks everything in it against `model` and the fit() call now starting;
 // throws FileFormatError for a file that is not a complete backup, ValueError or ShapeError
@@ -204,11 +211,17 @@ Backup read_backup(Model& model, const std::string& path) {
     }
     backup.slot_counts[variable] = slots;
     expected_tensors += static_cast<std::size_t>(slots);
+    // A gradient sum in progress and a moving average, where the optimizer keeps them.
+    for (const std::string& key : {accumulated_key(*variable), average_key(*variable)}) {
+      if (file.tensors().count(key) == 0) continue;
+      file.tensor(key, variable->global_shape());
+      ++expected_tensors;
+    }
   }
   if (file.size() != expected_tensors) {
     throw ValueError(str("BackupAndRestore: '", path, "' holds ", file.size(),
                          " tensors but model '", model.name(), "' has ", expected_tensors,
-                         " (weights and optimizer slots); was it saved from another model?"));
+                         " (weights, optimizer slots, gradient sums and averages); was it saved from another model?"));
   }
   std::vector<Layer*> layers;
   collect_layers(model, layers);
@@ -260,6 +273,12 @@ Backup read_backup(Model& model, const std::string& path) {
     throw FileFormatError(str("BackupAndRestore: '", path, "' has optimizer_iterations=",
                               backup.iterations));
   }
+  if (raw_metadata.count("optimizer_calls")) {
+    backup.calls = metadata.integer("optimizer_calls");
+    if (backup.calls < 0) {
+      throw FileFormatError(str("BackupAndRestore: '", path, "' has optimizer_calls=", backup.calls));
+    }
+  }
   backup.seed_state =
       metadata.unsigned_integer(metadata.text("random_seed_state"), "random_seed_state");
   check_resumable(position, model.training_position(), model.log_totals_size());
@@ -278,8 +297,17 @@ void apply_backup(Model& model, Backup& backup) {
           backup.tensors.at(str("optimizer/", variable->path(), "/", i)), variable->value));
     }
     optimizer.set_slots(variable->value, slots);  // none: as before its first update
+    optimizers::Optimizer::OutsideSlots outside;
+    if (auto found = backup.tensors.find(accumulated_key(*variable)); found != backup.tensors.end()) {
+      outside.accumulated = checkpoint::local_block(found->second, variable->value);
+    }
+    if (auto found = backup.tensors.find(average_key(*variable)); found != backup.tensors.end()) {
+      outside.average = checkpoint::local_block(found->second, variable->value);
+    }
+    optimizer.set_outside_slots(variable->value, outside);
   }
   optimizer.set_iterations(backup.iterations);
+  if (backup.calls >= 0) optimizer.set_calls(backup.calls);
   // A schedule sets the rate from the restored step count itself.
   if (!optimizer.learning_rate_schedule()) optimizer.set_learning_rate(backup.learning_rate);
   for (auto& [layer, counters] : backup.counters) layer->set_random_counters(counters);
@@ -384,6 +412,7 @@ void BackupAndRestore::save(Model& model) {
       {"totals", join(position.totals)},
       {"optimizer", optimizer.name()},
       {"optimizer_iterations", std::to_string(optimizer.iterations())},
+      {"optimizer_calls", std::to_string(optimizer.calls())},
       {"learning_rate", exact(optimizer.learning_rate())},
       {"random_seed_state", std::to_string(random_seed_state())},
   };
@@ -398,6 +427,13 @@ void BackupAndRestore::save(Model& model) {
       for (std::size_t i = 0; i < slots.size(); ++i) {
         tensors.emplace_back(str("optimizer/", variable->path(), "/", i),
                              checkpoint::full_tensor(slots[i], variable->value));
+      }
+      const optimizers::Optimizer::OutsideSlots outside = optimizer.outside_slots_of(variable->value);
+      if (outside.accumulated.defined()) {
+        tensors.emplace_back(accumulated_key(*variable), checkpoint::full_tensor(outside.accumulated, variable->value));
+      }
+      if (outside.average.defined()) {
+        tensors.emplace_back(average_key(*variable), checkpoint::full_tensor(outside.average, variable->value));
       }
     }
   }

@@ -2,6 +2,7 @@
 #include "training/metrics.h"
 
 #include <cmath>
+#include <limits>
 
 #include "engine/errors.h"
 #include "engine/losses.h"
@@ -217,6 +218,8 @@ void Mean::update_state(const Tensor& value, double sample_weight) {
   add_batch(ops::reshape(as_float64(value), {}), sample_weight, sample_weight);
 }
 
+void Mean::update_state(const Tensor& y_true, const Tensor& y_pred) { update_state(y_true, y_pred, Tensor()); }
+
 void Mean::update_state(const Tensor&, const Tensor&, const Tensor&) {
   throw ValueError(str("Mean '", name(), "' averages values: call update_state(values); as a compiled metric ",
                        "it has no meaning for (y_true, y_pred)"));
@@ -226,6 +229,8 @@ void Sum::update_state(const Tensor& values) {
   NoGradGuard no_grad;
   add_batch(ops::sum(as_float64(values)), 1.0, static_cast<double>(values.size()));
 }
+
+void Sum::update_state(const Tensor& y_true, const Tensor& y_pred) { update_state(y_true, y_pred, Tensor()); }
 
 void Sum::update_state(const Tensor&, const Tensor&, const Tensor&) {
   throw ValueError(str("Sum '", name(), "' adds values: call update_state(values); as a compiled metric ",
@@ -289,26 +294,81 @@ void SparseTopKCategoricalAccuracy::update_state(const Tensor& y_true, const Ten
   add_weighted_values(in_top_k(class_indices(y_true, y_pred), y_pred, k_), sample_weight);
 }
 
-Precision::Precision(double threshold, std::string name) : Metric(std::move(name)), threshold_(threshold) {
-  if (!(threshold >= 0 && threshold <= 1)) throw ValueError(str("precision: threshold must be in [0, 1], got ", threshold));
+namespace {
+void check_rule(const PositiveRule& rule, const char* metric) {
+  if (rule.threshold && !(*rule.threshold >= 0 && *rule.threshold <= 1)) {
+    throw ValueError(str(metric, ": threshold must be in [0, 1], got ", *rule.threshold));
+  }
+  if (rule.top_k && *rule.top_k < 1) throw ValueError(str(metric, ": top_k must be >= 1, got ", *rule.top_k));
+  if (rule.class_id && *rule.class_id < 0) throw ValueError(str(metric, ": class_id must be >= 0, got ", *rule.class_id));
+}
+
+// (true positives, the denominator's positives: predicted for Precision, actual for Recall),
+// as weighted counts, under the rule.
+std::pair<Tensor, Tensor> confusion_counts(const char* metric, const PositiveRule& rule, bool precision,
+                                           const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
+  check_same_shape(metric, y_true, y_pred);
+  Tensor scores = as_float64(y_pred), labels = as_float64(y_true);
+  const std::int64_t classes = y_pred.rank() == 0 ? 1 : y_pred.shape().back();
+  Tensor in_top;  // whether each prediction is among its row's top_k
+  if (rule.top_k) {
+    if (y_pred.rank() < 1) throw ShapeError(str(metric, ": top_k needs predictions with a class axis"));
+    Shape column = scores.shape(), row = scores.shape();
+    column.push_back(1);
+    row.insert(row.end() - 1, 1);
+    // How many of the row's predictions exceed each one: fewer than k means it is in the top k.
+    Tensor exceeding = ops::sum(as_float64(ops::greater(ops::reshape(scores, row), ops::reshape(scores, column))), {-1});
+    in_top = ops::less(exceeding, ops::scalar_like(exceeding, double(*rule.top_k)));
+  }
+  Tensor weights = element_weights(sample_weight, y_pred, metric);
+  if (rule.class_id) {
+    if (*rule.class_id >= classes) {
+      throw ValueError(str(metric, ": class_id ", *rule.class_id, " for predictions of ", classes, " classes"));
+    }
+    auto column_of = [&](const Tensor& x) {
+      Shape starts(static_cast<std::size_t>(x.rank()), 0), sizes = x.shape();
+      starts.back() = *rule.class_id;
+      sizes.back() = 1;
+      return ops::slice(x, starts, sizes);
+    };
+    scores = column_of(scores);
+    labels = column_of(labels);
+    if (in_top.defined()) in_top = column_of(in_top);
+    if (weights.defined()) weights = column_of(weights);
+  }
+  // Keras: 0.5 by default; with top_k, minus infinity (every one of the top k is positive).
+  const double threshold =
+      rule.threshold ? *rule.threshold : (rule.top_k ? -std::numeric_limits<double>::infinity() : 0.5);
+  Tensor predicted = ops::greater(scores, ops::scalar_like(scores, threshold));
+  if (in_top.defined()) predicted = ops::logical_and(predicted, in_top);
+  Tensor actual = ops::greater(labels, ops::scalar_like(labels, 0.5));
+  return {weighted_count(ops::logical_and(predicted, actual), weights),
+          weighted_count(precision ? predicted : actual, weights)};
+}
+}  // namespace
+
+Precision::Precision(std::optional<double> threshold, std::string name, std::optional<std::int64_t> top_k,
+                     std::optional<std::int64_t> class_id)
+    : Metric(std::move(name)), rule_{threshold, top_k, class_id} {
+  check_rule(rule_, "precision");
 }
 
 void Precision::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
   NoGradGuard no_grad;
-  auto [predicted, actual] = positives("precision", y_true, y_pred, threshold_);
-  Tensor weights = element_weights(sample_weight, y_pred, "precision");
-  add_batch(weighted_count(ops::logical_and(predicted, actual), weights), weighted_count(predicted, weights));
+  auto [true_positives, predicted] = confusion_counts("precision", rule_, true, y_true, y_pred, sample_weight);
+  add_batch(true_positives, predicted);
 }
 
-Recall::Recall(double threshold, std::string name) : Metric(std::move(name)), threshold_(threshold) {
-  if (!(threshold >= 0 && threshold <= 1)) throw ValueError(str("recall: threshold must be in [0, 1], got ", threshold));
+Recall::Recall(std::optional<double> threshold, std::string name, std::optional<std::int64_t> top_k,
+               std::optional<std::int64_t> class_id)
+    : Metric(std::move(name)), rule_{threshold, top_k, class_id} {
+  check_rule(rule_, "recall");
 }
 
 void Recall::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
   NoGradGuard no_grad;
-  auto [predicted, actual] = positives("recall", y_true, y_pred, threshold_);
-  Tensor weights = element_weights(sample_weight, y_pred, "recall");
-  add_batch(weighted_count(ops::logical_and(predicted, actual), weights), weighted_count(actual, weights));
+  auto [true_positives, actual] = confusion_counts("recall", rule_, false, y_true, y_pred, sample_weight);
+  add_batch(true_positives, actual);
 }
 
 void MeanSquaredError::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
@@ -331,9 +391,21 @@ void MeanAbsoluteError::update_state(const Tensor& y_true, const Tensor& y_pred,
   add_weighted_values(per_sample_mean(ops::abs(difference)), sample_weight);
 }
 
-AUC::AUC(int num_thresholds, std::string curve, std::string summation_method, std::string name, bool from_logits)
+AUC::AUC(int num_thresholds, std::string curve, std::string summation_method, std::string name, bool from_logits,
+         bool multi_label, std::int64_t num_labels, std::vector<double> label_weights)
     : Metric(std::move(name)), curve_(std::move(curve)), summation_method_(std::move(summation_method)),
-      from_logits_(from_logits) {
+      from_logits_(from_logits), multi_label_(multi_label), label_weights_(std::move(label_weights)) {
+  if (multi_label_ && num_labels < 1) {
+    throw ValueError(str("AUC: multi_label needs num_labels >= 1 (the state's size is fixed before any data), got ",
+                         num_labels));
+  }
+  if (!multi_label_ && num_labels != 0) throw ValueError("AUC: num_labels is needed only when multi_label is true");
+  if (multi_label_) labels_ = num_labels;
+  for (double weight : label_weights_) {
+    if (!std::isfinite(weight) || weight < 0) {
+      throw ValueError(str("AUC: label_weights must be finite numbers >= 0, got ", weight));
+    }
+  }
   if (num_thresholds <= 1) throw ValueError(str("AUC: num_thresholds must be > 1, got ", num_thresholds));
   if (curve_ != "ROC" && curve_ != "PR") throw ValueError(str("AUC: curve must be \"ROC\" or \"PR\", got \"", curve_, "\""));
   if (summation_method_ != "interpolation" && summation_method_ != "minoring" && summation_method_ != "majoring") {
@@ -360,29 +432,45 @@ void AUC::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor&
     throw ShapeError(str("AUC: labels of shape ", shape_to_string(y_true.shape()), " and predictions of shape ",
                          shape_to_string(y_pred.shape()), " must have as many elements"));
   }
-  Tensor scores = ops::reshape(as_float64(y_pred), {y_pred.size(), 1});
+  const std::int64_t columns = y_pred.rank() == 0 ? 1 : y_pred.shape().back();
+  if (multi_label_ && (y_pred.rank() != 2 || columns != labels_)) {
+    throw ShapeError(str("AUC: multi_label with ", labels_, " labels takes predictions of shape (batch, ", labels_,
+                         "), got ", shape_to_string(y_pred.shape())));
+  }
+  if (!label_weights_.empty() && static_cast<std::int64_t>(label_weights_.size()) != columns) {
+    throw ShapeError(str("AUC: ", label_weights_.size(), " label_weights for predictions of ", columns, " labels"));
+  }
+  // Each element weighs its sample's weight and, without multi_label, its column's label
+  // weight (with multi_label the label weights weigh the areas instead).
+  Tensor weights = sample_weight.defined() ? element_weights(sample_weight, ops::reshape(y_pred, y_true.shape()), "AUC")
+                                           : Tensor();
+  if (!multi_label_ && !label_weights_.empty()) {
+    Tensor by_column = Tensor::from_vector(label_weights_, {columns}).to(y_pred.device());
+    weights = weights.defined() ? ops::reshape(weights, y_pred.shape()) * by_column
+                                : ops::broadcast_to(by_column, y_pred.shape());
+  }
+  // (rows, curves, 1): every element a row of one curve, or with multi_label each label a curve.
+  const std::int64_t curves = multi_label_ ? labels_ : 1;
+  const Shape rows_of_curves = {y_pred.size() / curves, curves, 1};
+  Tensor scores = ops::reshape(as_float64(y_pred), rows_of_curves);
   if (from_logits_) scores = ops::sigmoid(scores);
-  Tensor labels = ops::reshape(as_float64(y_true), {y_true.size(), 1});
-  // Each element weighs its sample's weight: the counts are sums of weights.
-  Tensor weights = sample_weight.defined()
-                       ? ops::reshape(element_weights(sample_weight, ops::reshape(y_pred, y_true.shape()), "AUC"),
-                                      {y_true.size(), 1})
-                       : Tensor();
-  Tensor thresholds = Tensor::from_vector(thresholds_, {1, static_cast<std::int64_t>(thresholds_.size())})
-                          .to(scores.device());
-  Tensor above = as_float64(ops::greater(scores, thresholds));  // (elements, thresholds)
+  Tensor labels = ops::reshape(as_float64(y_true), rows_of_curves);
+  const auto count = static_cast<std::int64_t>(thresholds_.size());
+  Tensor thresholds = Tensor::from_vector(thresholds_, {1, 1, count}).to(scores.device());
+  Tensor above = as_float64(ops::greater(scores, thresholds));  // (rows, curves, thresholds)
   Tensor below = 1.0 - above;
   Tensor negatives = 1.0 - labels;
   if (weights.defined()) {
-    labels = labels * weights;
-    negatives = negatives * weights;
+    Tensor per_element = ops::reshape(weights, rows_of_curves);
+    labels = labels * per_element;
+    negatives = negatives * per_element;
   }
-  const Shape row = {1, static_cast<std::int64_t>(thresholds_.size())};
-  Tensor batch = ops::concatenate({ops::reshape(ops::sum(labels * above, {0}), row),
-                                   ops::reshape(ops::sum(negatives * above, {0}), row),
-                                   ops::reshape(ops::sum(negatives * below, {0}), row),
-                                   ops::reshape(ops::sum(labels * below, {0}), row)},
-                                  0);
+  const Shape block = {curves, 1, count};
+  Tensor batch = ops::concatenate({ops::reshape(ops::sum(labels * above, {0}), block),
+                                   ops::reshape(ops::sum(negatives * above, {0}), block),
+                                   ops::reshape(ops::sum(negatives * below, {0}), block),
+                                   ops::reshape(ops::sum(labels * below, {0}), block)},
+                                  1);
   counts_ = counts_.defined() && counts_.device() == batch.device() ? counts_ + batch
             : counts_.defined()                                      ? counts_.to(batch.device()) + batch
                                                                      : batch;
@@ -411,9 +499,23 @@ void AUC::add_to_state(const std::vector<double>& totals) {
 }
 
 double AUC::result_from(const std::vector<double>& state) const {
+  if (state.size() != state_size()) {
+    throw ValueError(str("AUC '", name(), "': a state of ", state.size(), " numbers; it has ", state_size()));
+  }
+  if (!multi_label_) return area_of(state.data());
+  // Keras: the mean of the labels' areas, or their label_weights-weighted mean.
+  double weighted = 0.0, total = 0.0;
+  for (std::int64_t label = 0; label < labels_; ++label) {
+    const double weight = label_weights_.empty() ? 1.0 : label_weights_[static_cast<std::size_t>(label)];
+    weighted += weight * area_of(state.data() + 4 * thresholds_.size() * static_cast<std::size_t>(label));
+    total += weight;
+  }
+  return total > 0 ? weighted / total : 0.0;
+}
+
+double AUC::area_of(const double* counts) const {
   const std::size_t n = thresholds_.size();
-  if (state.size() != 4 * n) throw ValueError(str("AUC '", name(), "': a state of ", state.size(), " numbers"));
-  const double* tp = state.data();
+  const double* tp = counts;
   const double* fp = tp + n;
   const double* tn = fp + n;
   const double* fn = tn + n;

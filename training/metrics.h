@@ -9,6 +9,7 @@
 #include <concepts>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -113,7 +114,8 @@ class Mean : public Metric {
   // sample_weight=batch_size): a batch's mean loss, weighted by its rows). A weight of 0 adds
   // nothing.
   void update_state(const Tensor& value, double sample_weight);
-  // As a compiled metric it has no (y_true, y_pred) meaning: it says so.
+  // As a compiled metric it has no (y_true, y_pred) meaning: both forms say so.
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
   void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
 };
 
@@ -122,6 +124,7 @@ class Sum : public Metric {
  public:
   explicit Sum(std::string name = "sum") : Metric(std::move(name)) {}
   void update_state(const Tensor& values);
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
   void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
   double result_of(double numerator, double) const override { return numerator; }
 };
@@ -184,26 +187,39 @@ class SparseTopKCategoricalAccuracy : public Metric {
   std::int64_t k_;
 };
 
-// true positives / predicted positives, a prediction positive when above `threshold`.
+// What Precision and Recall count, as Keras' update_confusion_matrix_variables: a prediction
+// is positive when above `threshold` (0.5; with top_k and no threshold, every one of the row's
+// top_k); with top_k only a row's k largest predictions can be positive (ties at the k-th all
+// are); with class_id only that column (the last axis) counts, after top_k is taken.
+struct PositiveRule {
+  std::optional<double> threshold = std::nullopt;
+  std::optional<std::int64_t> top_k = std::nullopt;
+  std::optional<std::int64_t> class_id = std::nullopt;
+};
+
+// true positives / predicted positives.
 class Precision : public Metric {
  public:
-  explicit Precision(double threshold = 0.5, std::string name = "precision");
+  explicit Precision(std::optional<double> threshold = std::nullopt, std::string name = "precision",
+                     std::optional<std::int64_t> top_k = std::nullopt,
+                     std::optional<std::int64_t> class_id = std::nullopt);
   using Metric::update_state;
   void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
 
  private:
-  double threshold_;
+  PositiveRule rule_;
 };
 
 // true positives / actual positives.
 class Recall : public Metric {
  public:
-  explicit Recall(double threshold = 0.5, std::string name = "recall");
+  explicit Recall(std::optional<double> threshold = std::nullopt, std::string name = "recall",
+                  std::optional<std::int64_t> top_k = std::nullopt, std::optional<std::int64_t> class_id = std::nullopt);
   using Metric::update_state;
   void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
 
  private:
-  double threshold_;
+  PositiveRule rule_;
 };
 
 // The area under the ROC or precision-recall curve, as keras.metrics.AUC computes it: true and
@@ -211,19 +227,23 @@ class Recall : public Metric {
 // [0, 1] (plus one just below 0 and one just above 1), the curve's area then summed by
 // interpolation (or the lower or upper Riemann sum: "minoring", "majoring"). Labels in [0, 1]
 // (soft labels count in part), predictions probabilities (logits with from_logits); every
-// element counts as one sample, weighing its sample's weight (multi_label is not supported). The counts stay on the batch's
-// device until read; under DataParallel they join the logs' all-reduce (4 x num_thresholds
-// numbers).
+// element counts as one sample, weighing its sample's weight (and its column's label_weight).
+// With multi_label, predictions (batch, num_labels) give one curve per label, and the result is
+// the mean of their areas (weighted by label_weights when given), as Keras' multi_label AUC; the
+// label count must be given here, since the state's size is fixed before any data (the
+// processes agree on it). The counts stay on the batch's device until read; under
+// DataParallel they join the logs' all-reduce (4 x num_thresholds x labels numbers).
 class AUC : public Metric {
  public:
   explicit AUC(int num_thresholds = 200, std::string curve = "ROC", std::string summation_method = "interpolation",
-               std::string name = "auc", bool from_logits = false);
+               std::string name = "auc", bool from_logits = false, bool multi_label = false,
+               std::int64_t num_labels = 0, std::vector<double> label_weights = {});
   using Metric::update_state;
   void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
   void reset_state() override;
-  std::size_t state_size() const override { return 4 * thresholds_.size(); }
-  // Laid out as the true positives at each threshold, then the false positives, the true
-  // negatives and the false negatives.
+  std::size_t state_size() const override { return 4 * thresholds_.size() * static_cast<std::size_t>(labels_); }
+  // Laid out label by label (one label without multi_label): the true positives at each
+  // threshold, then the false positives, the true negatives and the false negatives.
   std::vector<double> state() const override;
   void set_state(const std::vector<double>& state) override;
   void add_to_state(const std::vector<double>& totals) override;
@@ -234,7 +254,11 @@ class AUC : public Metric {
   std::vector<double> thresholds_;
   std::string curve_, summation_method_;
   bool from_logits_;
-  Tensor counts_;                  // (4, thresholds) float64 on the last batch's device; undefined before one
+  bool multi_label_;
+  std::int64_t labels_ = 1;           // curves kept: num_labels with multi_label, else 1
+  std::vector<double> label_weights_;  // empty: every label weighs 1
+  double area_of(const double* counts) const;  // one curve's area, from its 4 x thresholds counts
+  Tensor counts_;                  // (labels, 4, thresholds) float64 on the last batch's device; undefined before one
   std::vector<double> host_counts_;  // what set_state and add_to_state gave, added to counts_
 };
 

@@ -328,7 +328,7 @@ Tensor Model::compute_loss(const StepData& data, const std::vector<Tensor>& y_pr
                          "array for each, got ", data.y.size()));
   }
   std::vector<Tensor> output_losses;
-  Tensor loss = Trainer(*this).compute_loss(data.y, y_pred, &output_losses, data.sample_weight);
+  Tensor loss = Trainer(*this).compute_loss(data, y_pred, &output_losses);
   // Each output's weighted loss joins its tracker, weighted by the rows, as Keras' compiled
   // loss updates its per-output metrics.
   const std::int64_t rows = data.y.empty() || data.y[0].rank() == 0 ? 0 : data.y[0].dim(0);
@@ -363,7 +363,7 @@ Logs Model::compute_metrics(const StepData& data, const std::vector<Tensor>& y_p
     for (const CompiledMetric& compiled : compiled_metrics_) {
       // The metrics see an output whole (it may lie sharded under ModelParallel).
       Tensor whole = sharding ? sharding->to_data_layout(y_pred[compiled.output]) : y_pred[compiled.output];
-      compiled.update(data.y[compiled.output], whole.detach(), data.sample_weight);
+      compiled.update(data.y[compiled.output], whole.detach(), data.sample_weight_of(compiled.output));
     }
   }
   return metric_results();

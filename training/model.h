@@ -91,6 +91,7 @@ struct ValidationData {
   // For a model of several inputs or outputs (x and y above stay undefined).
   std::vector<Tensor> inputs = {}, targets = {};
   Tensor sample_weight = {};  // Keras' (x, y, sample_weight) validation tuple
+  std::vector<Tensor> output_sample_weights = {};  // or one array per output
   bool defined() const { return x.defined() || y.defined() || !inputs.empty() || !targets.empty(); }
 };
 
@@ -138,12 +139,19 @@ struct FitOptions {
   // (class_weight: single-output models; classes left out weigh 1); one of the two, as Keras.
   Tensor sample_weight = {};
   std::map<std::int64_t, double> class_weight = {};
+  // Keras' list or dict of sample weights: one array per output, for that output's loss and
+  // weighted metrics (not with sample_weight or class_weight).
+  std::vector<Tensor> output_sample_weights = {};
+  std::map<std::string, Tensor> sample_weight_by_output = {};
 };
 
 struct EvaluateOptions {
   std::int64_t batch_size = 32;
   Verbose verbose = "auto";
   Tensor sample_weight = {};  // one weight per sample for the losses
+  // Keras' list or dict of sample weights: one array per output (not with sample_weight).
+  std::vector<Tensor> output_sample_weights = {};
+  std::map<std::string, Tensor> sample_weight_by_output = {};
 };
 
 struct History {
@@ -156,6 +164,13 @@ struct History {
 struct StepData {
   std::vector<Tensor> x, y;
   Tensor sample_weight = {};  // one weight per row (fit's sample_weight and class_weight), or none
+  // One weight array per output, when fit was given them by output (Keras' list or dict of
+  // sample weights); sample_weight is then undefined. An undefined entry: every row weighs 1.
+  std::vector<Tensor> output_sample_weights = {};
+  // The weights of output `output`'s loss and weighted metrics (undefined: none).
+  const Tensor& sample_weight_of(std::size_t output) const {
+    return output_sample_weights.empty() ? sample_weight : output_sample_weights.at(output);
+  }
 };
 
 // fit's or evaluate's step in progress, which apply_gradients and the default train_step and

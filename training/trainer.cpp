@@ -94,14 +94,14 @@ class EpochLogs {
     if (loss_tracker_) loss_tracker_->reset_state();
     for (const auto& tracker : output_loss_trackers_) tracker->reset_state();
   }
-  // A step's results for `count` rows of this process (none: nothing to add), with the rows'
-  // sample weights (undefined: none) for the weighted metrics.
-  void add(const Trainer::StepResult& step, const TensorList& y, const Tensor& sample_weight, double count) {
+  // A step's results for `count` rows of this process (none: nothing to add); `data` gives the
+  // rows' targets and the weights the weighted metrics read.
+  void add(const Trainer::StepResult& step, const StepData& data, double count) {
     if (count <= 0) return;
     loss_.add(step.loss, count, count);
     for (std::size_t i = 0; i < output_losses_.size(); ++i) output_losses_[i].add(step.output_losses[i], count, count);
     for (const CompiledMetric& entry : metrics_) {
-      entry.update(y[entry.output], step.predictions[entry.output], sample_weight);
+      entry.update(data.y[entry.output], step.predictions[entry.output], data.sample_weight_of(entry.output));
     }
   }
   std::size_t pending_terms() const { return loss_.pending_terms(); }
@@ -326,6 +326,64 @@ Tensor sample_weights_for(const TensorList& y, const Tensor& sample_weight,
   return Tensor::from_vector(per_sample, {static_cast<std::int64_t>(per_sample.size())});
 }
 
+// The sample weights fit or evaluate was given: `sample_weight` (every output), or one array
+// per output in output order or by output name (Keras' list and dict); at most one of the
+// three. Each array is checked as sample_weights_for checks one.
+SampleWeights sample_weights_of(const TensorList& y, const Tensor& sample_weight, const TensorList& per_output,
+                                const std::map<std::string, Tensor>& by_output,
+                                const std::vector<std::string>& output_names, std::int64_t samples, const char* what) {
+  const int given = (sample_weight.defined() ? 1 : 0) + (per_output.empty() ? 0 : 1) + (by_output.empty() ? 0 : 1);
+  if (given > 1) {
+    throw ValueError(str(what, ": give sample_weight, output_sample_weights or sample_weight_by_output, one of the ",
+                         "three (Keras' sample_weight is one array, a list or a dict)"));
+  }
+  SampleWeights weights;
+  if (per_output.empty() && by_output.empty()) {
+    weights.shared = sample_weights_for(y, sample_weight, {}, samples, what);
+    return weights;
+  }
+  TensorList arrays = per_output;
+  if (!by_output.empty()) {
+    arrays.assign(output_names.size(), Tensor());
+    for (const auto& [name, array] : by_output) {
+      auto found = std::find(output_names.begin(), output_names.end(), name);
+      if (found == output_names.end()) {
+        std::string known;
+        for (const std::string& output : output_names) known += (known.empty() ? "" : ", ") + output;
+        throw ValueError(str(what, ": sample_weight_by_output names output '", name, "', but the model's outputs are ",
+                             known));
+      }
+      arrays[static_cast<std::size_t>(found - output_names.begin())] = array;
+    }
+  }
+  if (arrays.size() != output_names.size()) {
+    throw ValueError(str(what, ": ", arrays.size(), " output_sample_weights for a model of ", output_names.size(),
+                         " output(s); give one array per output (an undefined one weighs every sample 1)"));
+  }
+  for (std::size_t i = 0; i < arrays.size(); ++i) {
+    const std::string array_name = str(what, " (the sample weights of output '", output_names[i], "')");
+    weights.per_output.push_back(sample_weights_for(y, arrays[i], {}, samples, array_name.c_str()));
+  }
+  return weights;
+}
+
+// The rows of weights that `pick` selects from each array (a batch, or one side of a split).
+template <typename Pick>
+SampleWeights rows_of(const SampleWeights& weights, Pick pick) {
+  SampleWeights picked;
+  if (weights.shared.defined()) picked.shared = pick(weights.shared);
+  for (const Tensor& array : weights.per_output) picked.per_output.push_back(array.defined() ? pick(array) : Tensor());
+  return picked;
+}
+
+// A batch's step data: its rows of x, y and the weights.
+StepData step_data_of(const TensorList& x, const TensorList& y, const SampleWeights& weights,
+                      const std::vector<std::int64_t>& order, std::int64_t begin, std::int64_t end) {
+  auto rows = [&](const Tensor& array) { return batch_rows(array, order, begin, end); };
+  SampleWeights batch = rows_of(weights, rows);
+  return StepData{batch_rows(x, order, begin, end), batch_rows(y, order, begin, end), batch.shared, batch.per_output};
+}
+
 }  // namespace
 
 void Trainer::check_data(const TensorList& x, const TensorList& y, const char* what) const {
@@ -369,15 +427,19 @@ TensorList Trainer::forward(const TensorList& x, bool training) {
   return model_(x, training);
 }
 
-Tensor Trainer::compute_loss(const TensorList& y, const TensorList& outputs, TensorList* output_losses,
-                             const Tensor& sample_weight) {
+Tensor Trainer::compute_loss(const StepData& data, const TensorList& outputs, TensorList* output_losses) {
+  const TensorList& y = data.y;
+  if (!data.output_sample_weights.empty() && data.output_sample_weights.size() != model_.losses_.size()) {
+    throw ValueError(str("compute_loss: ", data.output_sample_weights.size(), " output_sample_weights for model '",
+                         model_.name(), "' of ", model_.losses_.size(), " output(s); give one per output, or none"));
+  }
   if (outputs.size() != model_.losses_.size()) {
     throw ValueError(str("model '", model_.name(), "' gave ", outputs.size(), " outputs, but was compiled with ",
                          model_.losses_.size(), " losses"));
   }
   Tensor total;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
-    Tensor value = loss_on_outputs(*model_.losses_[i], y[i], outputs[i], sample_weight);
+    Tensor value = loss_on_outputs(*model_.losses_[i], y[i], outputs[i], data.sample_weight_of(i));
     if (value.rank() != 0) {
       throw ValueError(str("the loss '", model_.losses_[i]->name(), "' of output '", model_.output_names()[i],
                            "' gave shape ", shape_to_string(value.shape()), "; training needs a scalar (Keras' ",
@@ -417,7 +479,7 @@ Trainer::StepResult Trainer::train_step(const StepData& data, double loss_scale,
     // The loss takes the outputs as they lie (logits split by class are not gathered for it);
     // the metrics, when there are any, see them whole.
     TensorList output_losses;
-    loss = compute_loss(data.y, outputs, &output_losses, data.sample_weight);
+    loss = compute_loss(data, outputs, &output_losses);
     const bool rows_here = data.x[0].dim(0) > 0;
     result = {rows_here ? loss.detach() : Tensor(), rows_here ? output_losses : TensorList(), metric_inputs(outputs),
               std::nullopt};
@@ -546,7 +608,7 @@ double Trainer::train_on_batch(const TensorList& x, const TensorList& y) {
   // may raise its deferred errors (shared as in global_logs).
   result.output_losses.clear();  // the total only
   EpochLogs total_only(1, {});
-  total_only.add(result, y_local, Tensor(), double(end - begin));
+  total_only.add(result, StepData{x_local, y_local}, double(end - begin));
   std::vector<double> totals = global_totals(context, total_only);
   return totals[1] > 0 ? totals[0] / totals[1] : 0.0;
 }
@@ -567,10 +629,13 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
     throw ValueError(str("fit: validation_split must be in [0, 1), got ", options.validation_split));
   }
   const std::int64_t given_samples = given_x[0].dim(0);
-  // One weight per sample from sample_weight (undefined without); class_weight's come after
-  // the split, for the training samples only, as in Keras.
-  Tensor given_weights = sample_weights_for(given_y, options.sample_weight, {}, given_samples, "fit");
-  if (options.sample_weight.defined() && !options.class_weight.empty()) {
+  // One weight per sample from sample_weight, or per output (undefined without); class_weight's
+  // come after the split, for the training samples only, as in Keras.
+  const std::vector<std::string> output_names = model_.output_names();
+  SampleWeights given_weights =
+      sample_weights_of(given_y, options.sample_weight, options.output_sample_weights, options.sample_weight_by_output,
+                        output_names, given_samples, "fit");
+  if (given_weights.defined() && !options.class_weight.empty()) {
     throw ValueError("fit: give sample_weight or class_weight, not both (Keras takes one): multiply the class weights "
                      "into sample_weight yourself");
   }
@@ -578,7 +643,7 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
   // else, with validation_split, the last samples of the arrays (before shuffling), as Keras.
   const ValidationData& validation_data = options.validation_data;
   TensorList validation_x = validation_data.inputs, validation_y = validation_data.targets;
-  Tensor validation_weights = validation_data.sample_weight;
+  SampleWeights validation_weights;
   if (validation_data.x.defined() || validation_data.y.defined()) {
     if (!validation_x.empty() || !validation_y.empty()) {
       throw ValueError("fit: validation_data gives both x/y and inputs/targets; give one pair");
@@ -587,11 +652,12 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
     validation_y = {validation_data.y};
   }
   TensorList x = given_x, y = given_y;
-  Tensor weights = given_weights;
+  SampleWeights weights = given_weights;
   if (validation_data.defined()) {
     check_data(validation_x, validation_y, "fit validation_data");
-    validation_weights = sample_weights_for(validation_y, validation_weights, {}, validation_x[0].dim(0),
-                                            "fit validation_data");
+    validation_weights = sample_weights_of(validation_y, validation_data.sample_weight,
+                                           validation_data.output_sample_weights, {}, output_names,
+                                           validation_x[0].dim(0), "fit validation_data");
   } else if (options.validation_split > 0) {
     const auto split_at = static_cast<std::int64_t>(std::floor(double(given_samples) * (1.0 - options.validation_split)));
     if (split_at == 0 || split_at == given_samples) {
@@ -616,18 +682,19 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
       y.push_back(split(array, 0, split_at));
       validation_y.push_back(split(array, split_at, given_samples));
     }
-    if (given_weights.defined()) {
-      weights = split(given_weights, 0, split_at);
-      validation_weights = split(given_weights, split_at, given_samples);
-    }
+    weights = rows_of(given_weights, [&](const Tensor& array) { return split(array, 0, split_at); });
+    validation_weights = rows_of(given_weights, [&](const Tensor& array) { return split(array, split_at, given_samples); });
   }
-  if (!options.class_weight.empty()) weights = sample_weights_for(y, Tensor(), options.class_weight, y[0].dim(0), "fit");
+  if (!options.class_weight.empty()) {
+    weights.shared = sample_weights_for(y, Tensor(), options.class_weight, y[0].dim(0), "fit");
+  }
   const bool validates = !validation_x.empty();
   BatchShard context = BatchShard::current("fit");
   std::int64_t samples = x[0].dim(0);
   context.check_same({samples, options.batch_size, options.epochs, options.shuffle ? 1 : 0,
                       validates ? validation_x[0].dim(0) : -1, options.initial_epoch, options.steps_per_epoch,
-                      options.validation_freq.fingerprint(), weights.defined() ? 1 : 0},
+                      options.validation_freq.fingerprint(), weights.defined() ? 1 : 0,
+                      static_cast<std::int64_t>(weights.per_output.size())},
                      "fit");
   if (options.batch_size % context.shards() != 0) {
     throw ValueError(str("fit: batch_size is the global batch and must be divisible by the ",
@@ -727,9 +794,7 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
       std::int64_t global_begin = batch * batch_size;
       std::int64_t global_end = std::min(samples, global_begin + batch_size);
       auto [begin, end] = context.local_rows(global_begin, global_end);
-      StepData step_data{batch_rows(x, order, begin, end), batch_rows(y, order, begin, end),
-                         weights.defined() ? batch_rows(weights, order, begin, end) : Tensor()};
-      const TensorList& y_batch = step_data.y;
+      StepData step_data = step_data_of(x, y, weights, order, begin, end);
       double scale = double(end - begin) / double(global_end - global_begin);
       BatchShard::Rows rows{global_end - global_begin, begin - global_begin, end - begin};
       // Whether this process wants the logs after this batch is known before it: the flag
@@ -745,7 +810,7 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
       std::optional<StepResult> result = call_train_step(step_data, scale, context,
                                                          context.distributed() ? &rows : nullptr, read_logs_here,
                                                          custom_logs);
-      if (result) epoch_logs.add(*result, y_batch, step_data.sample_weight, static_cast<double>(end - begin));
+      if (result) epoch_logs.add(*result, step_data, static_cast<double>(end - begin));
       steps_done = step + 1;
       if (options.steps_per_epoch > 0) ++pass_batch;
       // A train_step of the user's own returns its logs, read already (metric_results()).
@@ -814,7 +879,7 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
 }
 
 std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const TensorList& y,
-                                                      const Tensor& sample_weight, std::int64_t batch_size,
+                                                      const SampleWeights& weights, std::int64_t batch_size,
                                                       int verbose) {
   if (batch_size <= 0) {
     throw ValueError(str("evaluate: batch_size must be a positive integer, got ", batch_size));
@@ -822,7 +887,8 @@ std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const
   NoGradGuard no_grad;
   BatchShard context = BatchShard::current("evaluate");
   std::int64_t samples = x[0].dim(0);
-  context.check_same({samples, batch_size, sample_weight.defined() ? 1 : 0}, "evaluate");
+  context.check_same({samples, batch_size, weights.defined() ? 1 : 0, static_cast<std::int64_t>(weights.per_output.size())},
+                     "evaluate");
   if (!context.prints()) verbose = 0;
   std::int64_t steps = (samples + batch_size - 1) / batch_size;
   EpochLogs totals(model_.losses_.size(), model_.compiled_metrics_, model_.loss_tracker_,
@@ -845,14 +911,13 @@ std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const
     StepBatch global_batch(context, global_rows > 0 ? count / static_cast<double>(global_rows) : 0.0);
     std::optional<GlobalBatch::Scope> batch_scope;
     if (context.distributed()) batch_scope.emplace(&global_batch);
-    StepData batch{batch_rows(x, order, begin, end), batch_rows(y, order, begin, end),
-                   sample_weight.defined() ? batch_rows(sample_weight, order, begin, end) : Tensor()};
+    StepData batch = step_data_of(x, y, weights, order, begin, end);
     ActiveStep active;
     active.training = false;
     active.run_builtin = [&](const StepData& data) {
       TensorList outputs = forward(data.x, /*training=*/false);
       StepResult result;
-      result.loss = compute_loss(data.y, outputs, &result.output_losses, data.sample_weight);
+      result.loss = compute_loss(data, outputs, &result.output_losses);
       result.predictions = metric_inputs(outputs);
       return result;
     };
@@ -867,7 +932,7 @@ std::map<std::string, double> Trainer::run_evaluation(const TensorList& x, const
       if (verbose == 1) bar.update(step + 1, results, step + 1 == steps);
       continue;
     }
-    totals.add(*active.builtin_result, batch.y, batch.sample_weight, count);
+    totals.add(*active.builtin_result, batch, count);
     bool read = context.any_process(
         bar_each_batch || totals.pending_terms() >= metrics::RunningTotal::kReadAfterTerms);
     if (read || step + 1 == steps) results = global_logs(context, totals, model_.metric_names_, &global);
@@ -882,7 +947,9 @@ std::map<std::string, double> Trainer::evaluate(const TensorList& x, const Tenso
                                                 const EvaluateOptions& options) {
   model_.check_compiled("evaluate");
   check_data(x, y, "evaluate");
-  Tensor weights = sample_weights_for(y, options.sample_weight, {}, x[0].dim(0), "evaluate");
+  SampleWeights weights = sample_weights_of(y, options.sample_weight, options.output_sample_weights,
+                                            options.sample_weight_by_output, model_.output_names(), x[0].dim(0),
+                                            "evaluate");
   return run_evaluation(x, y, weights, options.batch_size, options.verbose.resolve());
 }
 

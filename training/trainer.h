@@ -16,6 +16,15 @@ namespace keras {
 // The arrays of a call: one per model input (x) or per model output (y), in the model's order.
 using TensorList = std::vector<Tensor>;
 
+// The sample weights of a fit or evaluate call: none, one array that weighs every output, or
+// one array per output (Keras' list or dict; an undefined entry weighs each row 1). Each array
+// holds one weight per sample (per timestep too, for sequence losses).
+struct SampleWeights {
+  Tensor shared;
+  TensorList per_output;
+  bool defined() const { return shared.defined() || !per_output.empty(); }
+};
+
 class Trainer {
  public:
   explicit Trainer(Model& model) : model_(model) {}
@@ -37,9 +46,8 @@ class Trainer {
 
   // The total loss: each output's loss on the outputs as they lie, weighted, summed; with
   // several outputs each weighted loss is added to `output_losses` (detached) too.
-  // `sample_weight` (one per row, or undefined) weighs every output's per-sample losses.
-  Tensor compute_loss(const TensorList& y, const TensorList& outputs, TensorList* output_losses,
-                      const Tensor& sample_weight = Tensor());
+  // data.sample_weight_of(i) (one per row, or undefined) weighs output i's per-sample losses.
+  Tensor compute_loss(const StepData& data, const TensorList& outputs, TensorList* output_losses);
 
  private:
   // The arrays agree with the model (one per input and output) and have one sample count.
@@ -66,7 +74,7 @@ class Trainer {
                                             const BatchShard& context, const BatchShard::Rows* rows,
                                             std::optional<bool> read_logs_here, std::optional<Logs>& custom_logs);
   // evaluate() after its checks; fit() runs it on the validation data.
-  std::map<std::string, double> run_evaluation(const TensorList& x, const TensorList& y, const Tensor& sample_weight,
+  std::map<std::string, double> run_evaluation(const TensorList& x, const TensorList& y, const SampleWeights& weights,
                                                std::int64_t batch_size, int verbose);
 
   Model& model_;

@@ -93,6 +93,14 @@ metric_cases = {
     "kAucPrMajoringMetric": (M.AUC(num_thresholds=20, curve="PR", summation_method="majoring"), binary_targets,
                              sigmoid),
     "kAucFromLogitsMetric": (M.AUC(from_logits=True), binary_targets, logits),
+    "kAucMultiLabelMetric": (M.AUC(multi_label=True, num_labels=3), binary_targets, sigmoid),
+    "kAucMultiLabelWeightedPrMetric":
+        (M.AUC(curve="PR", multi_label=True, num_labels=3, label_weights=[0.2, 1.0, 0.5]), binary_targets, sigmoid),
+    "kAucLabelWeightsMetric": (M.AUC(label_weights=[0.2, 1.0, 0.5]), binary_targets, sigmoid),
+    "kPrecisionTopKMetric": (M.Precision(top_k=2), binary_targets, sigmoid),
+    "kRecallClassIdMetric": (M.Recall(class_id=1), binary_targets, sigmoid),
+    "kPrecisionThresholdTopKClassIdMetric": (M.Precision(thresholds=0.4, top_k=2, class_id=2), binary_targets, sigmoid),
+    "kRecallTopKOnLogitsMetric": (M.Recall(top_k=1), binary_targets, logits),
 }
 array("kExactTargets", exact_targets)
 array("kExactPredictions", exact_predictions)
@@ -287,6 +295,35 @@ history, weights = keras_fit(epochs=2, class_weight={0: 1.0, 1: 2.0, 2: 0.5}, we
                              validation_split=0.25)
 array("kFitClassWeightedWeightedAccuracy", history.history["weighted_accuracy"])
 array("kFitClassWeightedValWeightedAccuracy", history.history["val_weighted_accuracy"])
+
+# Sample weights by output (Keras' list): a two-head functional model, each head's loss and
+# weighted metrics weighed by its own array; evaluate with the label head unweighted (weights of 1:
+# in C++ the dict form that leaves it out).
+heads_rng = np.random.default_rng(9)
+heads_score = heads_rng.normal(size=(12, 1)).astype("float32")
+heads_score_weight = heads_rng.uniform(0.0, 2.0, size=12).astype("float32")
+heads_label_weight = heads_rng.uniform(0.0, 2.0, size=12).astype("float32")
+heads_weights = [heads_rng.normal(scale=0.5, size=shape).astype("float32")
+                 for shape in [(4, 5), (5,), (5, 1), (1,), (5, 3), (3,)]]
+array("kHeadsScore", heads_score)
+array("kHeadsScoreWeight", heads_score_weight)
+array("kHeadsLabelWeight", heads_label_weight)
+array("kHeadsInitialWeights", np.concatenate([w.ravel() for w in heads_weights]))
+features = keras.Input((4,), name="features")
+hidden = keras.layers.Dense(5, activation="tanh", name="hidden")(features)
+heads = keras.Model(features, [keras.layers.Dense(1, name="score")(hidden), keras.layers.Dense(3, name="label")(hidden)])
+heads.set_weights(heads_weights)
+heads.compile(keras.optimizers.SGD(0.1), loss=["mse", keras.losses.SparseCategoricalCrossentropy(from_logits=True)],
+              weighted_metrics=[["mae"], ["accuracy"]])
+history = heads.fit(fit_x, [heads_score, fit_y], sample_weight=[heads_score_weight, heads_label_weight], batch_size=4,
+                    epochs=2, shuffle=False, verbose=0)
+for log in ["loss", "score_loss", "label_loss", "score_mae", "label_accuracy"]:
+    array("kHeads_" + log, history.history[log])
+array("kHeadsTrainedWeights", np.concatenate([w.ravel() for w in heads.get_weights()]))
+evaluation = heads.evaluate(fit_x, [heads_score, fit_y], sample_weight=[heads_score_weight, np.ones(12, "float32")], batch_size=4,
+                            verbose=0, return_dict=True)
+for log in ["loss", "score_loss", "label_loss", "score_mae", "label_accuracy"]:
+    number("kHeadsEvaluate_" + log, evaluation[log])
 
 header = f"""// Made by tests/interop/make_training_surface_references.py with Keras {keras.__version__} on JAX
 // {jax.__version__}: the inputs and Keras' answers tests/training_surface_test.cpp checks. Do not edit.

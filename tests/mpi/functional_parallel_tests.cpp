@@ -96,6 +96,10 @@ TrainingResult train(Setup setup, bool own_step = false, bool keras_options = fa
   // Weighted samples (both outputs' losses), and the last quarter validating: each process
   // weighs its rows, and the sums over the processes are the weighted means of one process.
   fit.sample_weight = ops::random({RandomDistribution::uniform, 0.5, 1.5, 14}, {samples});
+  if (global_reductions) {  // each head weighed by its own array (Keras' list of sample weights)
+    fit.output_sample_weights = {fit.sample_weight, ops::random({RandomDistribution::uniform, 0.0, 2.0, 15}, {samples})};
+    fit.sample_weight = Tensor();
+  }
   fit.validation_split = 0.25;
   TrainingResult run;
   run.history = model->fit({left, right}, {score, label}, fit).history;
@@ -145,8 +149,8 @@ TEST(FunctionalParallel, TwoInputsTwoOutputsUnderModelParallelMatchOneProcess) {
 
 // Losses whose reductions are not a mean over the rows (ignore_class: the mean over the labels
 // kept; mean_with_sample_weight: over the weights' sum) divide by the global batch's sums,
-// whatever rows each process holds (some hold none of the kept labels); weighted metrics log
-// the global weighted means.
+// whatever rows each process holds (some hold none of the kept labels); each head weighs its
+// own sample weights, and weighted metrics log the global weighted means.
 TEST(FunctionalParallel, LossesThatDivideByGlobalSumsMatchOneProcess) {
   const int processes = kd::num_processes();
   ASSERT_GT(processes, 1);
