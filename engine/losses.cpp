@@ -2,7 +2,9 @@
 // log, as Keras does, so a confident wrong prediction gives a large finite loss, not inf.
 #include "engine/losses.h"
 
+#include <algorithm>
 #include <cmath>
+#include <exception>
 
 #include "engine/errors.h"
 #include "engine/global_batch.h"
@@ -55,10 +57,6 @@ std::string reduction_name(Reduction reduction) {
 
 Tensor Loss::mask(const Tensor&, const Tensor&) const { return Tensor(); }
 
-namespace {
-
-}  // namespace
-
 Tensor sample_weights_like(const Tensor& sample_weight, const Tensor& losses, const std::string& loss) {
   Tensor weights = ops::cast(sample_weight, losses.dtype());
   if (weights.rank() == losses.rank() + 1 && weights.shape().back() == 1) weights = ops::squeeze(weights, -1);
@@ -81,10 +79,40 @@ Tensor sample_weights_like(const Tensor& sample_weight, const Tensor& losses, co
 
 namespace {
 
-// The sum of a tensor's values, read on the host (a reduction's divisor).
-double host_sum(const Tensor& x) {
-  NoGradGuard no_grad;
-  return ops::cast(ops::sum(x), float64).item();
+// numerator / denominator, 0 where the denominator is 0 (Keras' divide_no_nan), on the device.
+Tensor divide_no_nan(const Tensor& numerator, const Tensor& denominator) {
+  Tensor positive = ops::greater(denominator, ops::scalar_like(denominator, 0.0));
+  Tensor safe = ops::where(positive, denominator, ops::scalar_like(denominator, 1.0));
+  return ops::where(positive, numerator / safe, ops::scalar_like(numerator, 0.0));
+}
+
+// The sums of `locals` over the global batch, read on the host for the all-reduce. A read may
+// raise a GPU's deferred error (engine/index_check.h: a label out of range) on the process whose
+// rows had it; a flag rides the same all-reduce, so every process stops with it rather than
+// wait in a sum that process never joins.
+// `numbers` (known on the host) are summed with them.
+std::vector<double> global_sums(const GlobalBatch& batch, const std::vector<Tensor>& locals,
+                                const std::vector<double>& numbers, const std::string& loss) {
+  std::vector<double> sums(locals.size(), 0.0);
+  sums.insert(sums.end(), numbers.begin(), numbers.end());
+  sums.push_back(0.0);  // the failure flag
+  std::exception_ptr failure;
+  try {
+    NoGradGuard no_grad;
+    for (std::size_t i = 0; i < locals.size(); ++i) sums[i] = ops::cast(ops::sum(locals[i]), float64).item();
+  } catch (...) {
+    failure = std::current_exception();
+    std::fill(sums.begin(), sums.begin() + static_cast<std::ptrdiff_t>(locals.size()), 0.0);
+  }
+  sums.back() = failure ? 1.0 : 0.0;
+  batch.sum(sums);
+  if (sums.back() > 0) {
+    if (failure) std::rethrow_exception(failure);
+    throw Error(str(loss, ": computing the loss failed on another process (its message says why); this one stops ",
+                    "with it"));
+  }
+  sums.pop_back();
+  return sums;
 }
 
 }  // namespace
@@ -112,23 +140,27 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor
 
   const GlobalBatch* batch = GlobalBatch::current();
   const double fraction = batch != nullptr ? batch->local_fraction() : 1.0;
-  const auto local_count = static_cast<double>(losses.size());
-  double factor = 0.0;  // the local sum's multiplier; 0 where there is nothing to divide by
   if (reduction_ == Reduction::sum) {
     // The trainer multiplies by `fraction`: the global sum is the sum of the local ones.
-    factor = fraction > 0 ? 1.0 / fraction : 0.0;
-  } else if (divides_by_weights) {
-    std::vector<double> sums{host_sum(weights)};
-    if (batch != nullptr) batch->sum(sums);
+    return fraction > 0 ? ops::sum(weighted) * (1.0 / fraction) : ops::sum(weighted) * 0.0;
+  }
+  // The divisor: the weights' sum as Keras sums them (per-sample weights against per-timestep
+  // losses count once per sample, not per timestep: Keras 3.15 gives sum(w*l) / sum(w) there),
+  // or Keras' count of the values the mask keeps (it weighs each kept value by total / kept and
+  // takes the mean over the total: sum(w*l) / kept).
+  Tensor divisor = divides_by_weights ? ops::sum(weights) : ops::sum(kept);
+  // One process: on the device, with no read that would make the step wait for it.
+  if (batch == nullptr) return divide_no_nan(ops::sum(weighted), divisor);
+  // Over the global batch: the divisor's sum over the processes (and, for the mask, the count of
+  // loss values, whose ratio to the rows is the same on every process: scaled by `fraction`
+  // and summed, sum(w*l) * total / (kept * local_count) gives sum(w*l) / kept).
+  const auto local_count = static_cast<double>(losses.size());
+  std::vector<double> sums = global_sums(*batch, {divisor}, {local_count}, name());
+  double factor = 0.0;  // 0 where there is nothing to divide by
+  if (divides_by_weights) {
     factor = sums[0] > 0 && fraction > 0 ? 1.0 / (sums[0] * fraction) : 0.0;
   } else {
-    // Keras weighs each kept value by total / kept (divide_no_nan) and takes the mean over the
-    // total: sum(w*l) / kept, with both counts the global batch's. Scaled by `fraction` and summed
-    // over the processes, total / (kept * local_count) gives that (total / rows is the same on
-    // every process).
-    std::vector<double> counts{local_count, host_sum(kept)};
-    if (batch != nullptr) batch->sum(counts);
-    factor = counts[1] > 0 && local_count > 0 ? counts[0] / (counts[1] * local_count) : 0.0;
+    factor = sums[0] > 0 && local_count > 0 ? sums[1] / (sums[0] * local_count) : 0.0;
   }
   return ops::sum(weighted) * factor;
 }

@@ -3,6 +3,7 @@
 
 #include <cinttypes>
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -168,8 +169,7 @@ struct Backup {
   double learning_rate = 0.0;
   std::int64_t iterations = 0;
   std::int64_t calls = -1;  // the optimizer's calls (-1: a backup from before they were saved)
-  // The optimizer's state outside the slots, for the variables that have some.
-  std::map<Variable*, optimizers::Optimizer::OutsideSlots> outside_slots;
+  bool drop_sums = false;   // saved under other gradient_accumulation_steps: the sums are not restored
   std::uint64_t seed_state = 0;
 };
 
@@ -278,6 +278,20 @@ Backup read_backup(Model& model, const std::string& path) {
     if (backup.calls < 0) {
       throw FileFormatError(str("BackupAndRestore: '", path, "' has optimizer_calls=", backup.calls));
     }
+    // The calls and the sums in progress place the run inside an accumulation cycle of the
+    // steps it was saved with; under other steps they mean nothing, and the run resumes from
+    // the updates made (optimizer_iterations), without them.
+    const std::int64_t saved_steps = std::max<std::int64_t>(metadata.integer("optimizer_accumulation_steps"), 1);
+    const std::int64_t steps = std::max(optimizer.gradient_accumulation_steps(), 1);
+    if (saved_steps != steps) {
+      std::fprintf(stderr,
+                   "BackupAndRestore: '%s' was saved with gradient_accumulation_steps=%lld and the optimizer now has "
+                   "%lld: resuming from its %lld updates without the gradients summed since the last one\n",
+                   path.c_str(), static_cast<long long>(saved_steps), static_cast<long long>(steps),
+                   static_cast<long long>(backup.iterations));
+      backup.calls = -1;
+      backup.drop_sums = true;
+    }
   }
   backup.seed_state =
       metadata.unsigned_integer(metadata.text("random_seed_state"), "random_seed_state");
@@ -298,7 +312,8 @@ void apply_backup(Model& model, Backup& backup) {
     }
     optimizer.set_slots(variable->value, slots);  // none: as before its first update
     optimizers::Optimizer::OutsideSlots outside;
-    if (auto found = backup.tensors.find(accumulated_key(*variable)); found != backup.tensors.end()) {
+    if (auto found = backup.tensors.find(accumulated_key(*variable));
+        found != backup.tensors.end() && !backup.drop_sums) {
       outside.accumulated = checkpoint::local_block(found->second, variable->value);
     }
     if (auto found = backup.tensors.find(average_key(*variable)); found != backup.tensors.end()) {
@@ -413,6 +428,7 @@ void BackupAndRestore::save(Model& model) {
       {"optimizer", optimizer.name()},
       {"optimizer_iterations", std::to_string(optimizer.iterations())},
       {"optimizer_calls", std::to_string(optimizer.calls())},
+      {"optimizer_accumulation_steps", std::to_string(optimizer.gradient_accumulation_steps())},
       {"learning_rate", exact(optimizer.learning_rate())},
       {"random_seed_state", std::to_string(random_seed_state())},
   };

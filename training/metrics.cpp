@@ -253,13 +253,9 @@ BinaryAccuracy::BinaryAccuracy(std::string name, double threshold) : Metric(std:
 void BinaryAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
   NoGradGuard no_grad;
   auto [predicted, actual] = positives("binary_accuracy", y_true, y_pred, threshold_);
-  Tensor right = ops::equal(as_float64(predicted), as_float64(y_true));
-  if (!sample_weight.defined()) {
-    add_batch(count_of(right), 1.0, double(y_pred.size()));
-    return;
-  }
-  // Keras' values are per sample, the mean over the last axis, then weighted.
-  add_weighted_values(y_pred.rank() > 1 ? ops::mean(as_float64(right), {-1}) : right, sample_weight);
+  // Element by element: with per-sample weights the same as Keras' per-sample mean over the
+  // last axis, weighted (every sample has as many elements); per-element weights work too.
+  add_weighted_values(ops::equal(as_float64(predicted), as_float64(y_true)), sample_weight);
 }
 
 void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
@@ -323,7 +319,8 @@ std::pair<Tensor, Tensor> confusion_counts(const char* metric, const PositiveRul
   Tensor weights = element_weights(sample_weight, y_pred, metric);
   if (rule.class_id) {
     if (*rule.class_id >= classes) {
-      throw ValueError(str(metric, ": class_id ", *rule.class_id, " for predictions of ", classes, " classes"));
+      throw ValueError(str(metric, ": class_id ", *rule.class_id, " for predictions of ", classes,
+                           " classes; expected a class_id in [0, ", classes, ")"));
     }
     auto column_of = [&](const Tensor& x) {
       Shape starts(static_cast<std::size_t>(x.rank()), 0), sizes = x.shape();
@@ -399,8 +396,15 @@ AUC::AUC(int num_thresholds, std::string curve, std::string summation_method, st
     throw ValueError(str("AUC: multi_label needs num_labels >= 1 (the state's size is fixed before any data), got ",
                          num_labels));
   }
-  if (!multi_label_ && num_labels != 0) throw ValueError("AUC: num_labels is needed only when multi_label is true");
+  if (!multi_label_ && num_labels != 0) {
+    throw ValueError(str("AUC: num_labels is for multi_label only; got num_labels=", num_labels,
+                         " without multi_label (give 0, or set multi_label)"));
+  }
   if (multi_label_) labels_ = num_labels;
+  if (multi_label_ && !label_weights_.empty() && static_cast<std::int64_t>(label_weights_.size()) != labels_) {
+    throw ValueError(str("AUC: ", label_weights_.size(), " label_weights for num_labels=", labels_,
+                         "; expected one per label"));
+  }
   for (double weight : label_weights_) {
     if (!std::isfinite(weight) || weight < 0) {
       throw ValueError(str("AUC: label_weights must be finite numbers >= 0, got ", weight));
@@ -438,7 +442,8 @@ void AUC::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor&
                          "), got ", shape_to_string(y_pred.shape())));
   }
   if (!label_weights_.empty() && static_cast<std::int64_t>(label_weights_.size()) != columns) {
-    throw ShapeError(str("AUC: ", label_weights_.size(), " label_weights for predictions of ", columns, " labels"));
+    throw ShapeError(str("AUC: ", label_weights_.size(), " label_weights for predictions of shape ",
+                         shape_to_string(y_pred.shape()), "; expected one per label (", columns, ")"));
   }
   // Each element weighs its sample's weight and, without multi_label, its column's label
   // weight (with multi_label the label weights weigh the areas instead).
@@ -493,7 +498,7 @@ void AUC::set_state(const std::vector<double>& state) {
 void AUC::add_to_state(const std::vector<double>& totals) {
   if (totals.size() != state_size()) {
     throw ValueError(str("AUC '", name(), "': a state of ", totals.size(), " numbers; it has ", state_size(),
-                         " (four counts at each of ", thresholds_.size(), " thresholds)"));
+                         " (four counts at each of ", thresholds_.size(), " thresholds, for ", labels_, " label(s))"));
   }
   for (std::size_t i = 0; i < totals.size(); ++i) host_counts_[i] += totals[i];
 }

@@ -190,7 +190,9 @@ class SparseTopKCategoricalAccuracy : public Metric {
 // What Precision and Recall count, as Keras' update_confusion_matrix_variables: a prediction
 // is positive when above `threshold` (0.5; with top_k and no threshold, every one of the row's
 // top_k); with top_k only a row's k largest predictions can be positive (ties at the k-th all
-// are); with class_id only that column (the last axis) counts, after top_k is taken.
+// are); with class_id only that column (the last axis) counts, after top_k is taken. top_k
+// compares each prediction with its row's others: batch x classes^2 comparisons an update, fine
+// for the tens of labels it is used with (a sort op would make it batch x classes log classes).
 struct PositiveRule {
   std::optional<double> threshold = std::nullopt;
   std::optional<std::int64_t> top_k = std::nullopt;

@@ -148,9 +148,9 @@ void ValidationFrequency::check() const {
 
 std::int64_t ValidationFrequency::fingerprint() const {
   if (!listed_) return every_;
-  std::int64_t hash = -1;
-  for (int epoch : epochs_) hash = hash * 1000003 + epoch;
-  return hash;
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a over the listed epochs (wraps, unsigned)
+  for (int epoch : epochs_) hash = (hash ^ static_cast<std::uint64_t>(static_cast<std::uint32_t>(epoch))) * 1099511628211ull;
+  return -1 - static_cast<std::int64_t>(hash >> 1);  // negative: never an integer frequency
 }
 
 namespace {
@@ -351,6 +351,10 @@ void Model::apply_gradients(const Tensor& loss) {
 
 Logs Model::compute_metrics(const StepData& data, const std::vector<Tensor>& y_pred, const Tensor& loss) {
   check_compiled("compute_metrics");
+  if (!data.output_sample_weights.empty() && data.output_sample_weights.size() != losses_.size()) {
+    throw ValueError(str("compute_metrics: ", data.output_sample_weights.size(), " output_sample_weights for model '",
+                         name(), "' of ", losses_.size(), " output(s); give one per output, or none"));
+  }
   if (y_pred.size() != losses_.size() || data.y.size() != losses_.size()) {
     throw ValueError(str("compute_metrics: model '", name(), "' has ", losses_.size(), " output(s); got ",
                          y_pred.size(), " predictions and ", data.y.size(), " target arrays"));

@@ -49,13 +49,6 @@ class LossSpec {
   losses::LossPtr loss_;
 };
 
-// compile()'s per-output settings for a model of several outputs, in the model's output order
-// (the vectors) or by output name (the maps; Keras' dicts), as Keras' compile takes them:
-//   model.compile("adam", {.loss = {"mse", "sparse_categorical_crossentropy"},
-//                          .loss_weights = {1.0, 0.2}, .metrics = {{}, {"accuracy"}}});
-// One loss (a vector of one) applies to every output. The total loss is the weighted sum of the
-// outputs' losses; fit logs it as "loss", each output's as "<output>_loss" and each metric as
-// "<output>_<metric>" (with one output: "loss" and the metric's name).
 // A compiled metric: its output, its object, and whether it weighs the samples (Keras'
 // weighted_metrics).
 struct CompiledMetric {
@@ -72,6 +65,13 @@ struct CompiledMetric {
   }
 };
 
+// compile()'s per-output settings for a model of several outputs, in the model's output order
+// (the vectors) or by output name (the maps; Keras' dicts), as Keras' compile takes them:
+//   model.compile("adam", {.loss = {"mse", "sparse_categorical_crossentropy"},
+//                          .loss_weights = {1.0, 0.2}, .metrics = {{}, {"accuracy"}}});
+// One loss (a vector of one) applies to every output. The total loss is the weighted sum of the
+// outputs' losses; fit logs it as "loss", each output's as "<output>_loss" and each metric as
+// "<output>_<metric>" (with one output: "loss" and the metric's name).
 struct CompileOptions {
   std::vector<LossSpec> loss = {};
   std::map<std::string, LossSpec> loss_by_output = {};
@@ -79,9 +79,9 @@ struct CompileOptions {
   std::map<std::string, double> loss_weights_by_output = {};
   std::vector<std::vector<MetricSpec>> metrics = {};
   std::map<std::string, std::vector<MetricSpec>> metrics_by_output = {};
-  // Keras' weighted_metrics: metrics updated with the sample weights (sample_weight or
-  // class_weight); a name that another metric of the output logs already logs as
-  // "weighted_<name>", as in Keras.
+  // Keras' weighted_metrics: metrics updated with the sample weights (fit's sample_weight,
+  // class_weight or the output's own weights); one whose log name another metric already has
+  // logs as "weighted_<name>" ("<output>_weighted_<name>" with several outputs), as in Keras.
   std::vector<std::vector<MetricSpec>> weighted_metrics = {};
   std::map<std::string, std::vector<MetricSpec>> weighted_metrics_by_output = {};
 };

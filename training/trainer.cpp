@@ -443,7 +443,7 @@ Tensor Trainer::compute_loss(const StepData& data, const TensorList& outputs, Te
     if (value.rank() != 0) {
       throw ValueError(str("the loss '", model_.losses_[i]->name(), "' of output '", model_.output_names()[i],
                            "' gave shape ", shape_to_string(value.shape()), "; training needs a scalar (Keras' ",
-                           "fit cannot differentiate reduction=\"none\" either): give it another reduction"));
+                           "fit on JAX or torch refuses reduction=\"none\" too): give it another reduction"));
     }
     // A weight of 1 multiplies nothing: one output's loss is the loss itself, bit for bit.
     if (model_.loss_weights_[i] != 1.0) value = value * model_.loss_weights_[i];
@@ -636,8 +636,9 @@ History Trainer::fit(const TensorList& given_x, const TensorList& given_y, const
       sample_weights_of(given_y, options.sample_weight, options.output_sample_weights, options.sample_weight_by_output,
                         output_names, given_samples, "fit");
   if (given_weights.defined() && !options.class_weight.empty()) {
-    throw ValueError("fit: give sample_weight or class_weight, not both (Keras takes one): multiply the class weights "
-                     "into sample_weight yourself");
+    throw ValueError(str("fit: give sample weights (", given_weights.per_output.empty() ? "sample_weight" : "by output",
+                         ") or class_weight, not both (Keras takes one): multiply the class weights into the sample ",
+                         "weights yourself"));
   }
   // Validation arrays: ValidationData's x and y, or its lists for several inputs or outputs;
   // else, with validation_split, the last samples of the arrays (before shuffling), as Keras.
