@@ -330,6 +330,11 @@ SGD::SGD(LearningRate learning_rate, double momentum, bool nesterov, double weig
   check_range(momentum, 0.0, 1.0, "SGD momentum", false);
 }
 
+std::vector<std::vector<int>> SGD::keras_slot_order() const {
+  if (momentum_ > 0) return {{0}};
+  return {};
+}
+
 void SGD::update(Tensor& variable, const Tensor& gradient) {
   Tensor velocity = momentum_ > 0 ? slot(variable, 0) : Tensor();
   backend_for(variable.device())
@@ -351,6 +356,8 @@ Adam::Adam(LearningRate learning_rate, double beta_1, double beta_2, double epsi
     throw ValueError(str("epsilon must be a finite number > 0, got ", epsilon));
   }
 }
+
+std::vector<std::vector<int>> Adam::keras_slot_order() const { return {{0, 1}}; }
 
 void Adam::update(Tensor& variable, const Tensor& gradient) {
   // Handles, not references: creating the second slot may move the slot vector.
@@ -376,6 +383,13 @@ RMSprop::RMSprop(LearningRate learning_rate, double rho, double momentum, double
   }
 }
 
+std::vector<std::vector<int>> RMSprop::keras_slot_order() const {
+  std::vector<std::vector<int>> order = {{0}};
+  if (momentum_ > 0) order.push_back({1});
+  if (centered_) order.push_back({2});
+  return order;
+}
+
 void RMSprop::update(Tensor& variable, const Tensor& gradient) {
   // Slots: 0 velocity, 1 momentum, 2 average gradient; handles, as creating one may move the rest.
   Tensor average = centered_ ? slot(variable, 2) : Tensor();
@@ -397,6 +411,8 @@ Adagrad::Adagrad(LearningRate learning_rate, double initial_accumulator_value, d
     throw ValueError(str("Adagrad epsilon must be a finite number > 0, got ", epsilon));
   }
 }
+
+std::vector<std::vector<int>> Adagrad::keras_slot_order() const { return {{0}}; }
 
 void Adagrad::update(Tensor& variable, const Tensor& gradient) {
   Tensor accumulator = slot(variable, 0, initial_accumulator_value_);

@@ -118,6 +118,13 @@ class Optimizer {
   // (distribution/runtime/gradient_norms.h).
   using SquaredNormSum = std::function<void(const std::vector<Tensor>& variables, std::vector<double>& squared_norms)>;
   void set_squared_norm_sum(SquaredNormSum sum) { squared_norm_sum_ = std::move(sum); }
+  // The slots (slot_of's indices) in the order Keras' build() makes its optimizer variables,
+  // which is their order in Keras' weight files: each inner list is one add_optimizer_variables
+  // call, its slots interleaved variable by variable (Adam: {{0, 1}}, momentum then velocity of
+  // each variable; RMSprop: {{0}, {1}, {2}}, every velocity, then every momentum, ...). An
+  // optimizer of one's own overrides it to have its state in those files; the default saves
+  // none.
+  virtual std::vector<std::vector<int>> keras_slot_order() const { return {}; }
 
  protected:
   virtual void update(Tensor& variable, const Tensor& gradient) = 0;
@@ -162,6 +169,7 @@ class SGD : public Optimizer {
   explicit SGD(LearningRate learning_rate = 0.01, double momentum = 0.0, bool nesterov = false,
                double weight_decay = 0.0);
 
+  std::vector<std::vector<int>> keras_slot_order() const override;
  protected:
   void update(Tensor& variable, const Tensor& gradient) override;
 
@@ -175,6 +183,7 @@ class Adam : public Optimizer {
   explicit Adam(LearningRate learning_rate = 0.001, double beta_1 = 0.9, double beta_2 = 0.999,
                 double epsilon = 1e-7, double weight_decay = 0.0);
 
+  std::vector<std::vector<int>> keras_slot_order() const override;
  protected:
   Adam(LearningRate learning_rate, double beta_1, double beta_2, double epsilon, double weight_decay,
        std::string name);
@@ -196,6 +205,7 @@ class RMSprop : public Optimizer {
   explicit RMSprop(LearningRate learning_rate = 0.001, double rho = 0.9, double momentum = 0.0,
                    double epsilon = 1e-7, bool centered = false, double weight_decay = 0.0);
 
+  std::vector<std::vector<int>> keras_slot_order() const override;
  protected:
   void update(Tensor& variable, const Tensor& gradient) override;
 
@@ -209,6 +219,7 @@ class Adagrad : public Optimizer {
   explicit Adagrad(LearningRate learning_rate = 0.001, double initial_accumulator_value = 0.1,
                    double epsilon = 1e-7, double weight_decay = 0.0);
 
+  std::vector<std::vector<int>> keras_slot_order() const override;
  protected:
   void update(Tensor& variable, const Tensor& gradient) override;
 

@@ -24,6 +24,9 @@ class AtomicFile {
   void write(const void* bytes, std::size_t count);
   // Replaces the target with what was written, durably; throws Error when any step fails.
   void commit();
+  // The temporary's path, for a library that writes files by name (HDF5): what it writes there
+  // is synced by commit() as well, being the same file.
+  const std::string& temporary_path() const { return temporary_path_; }
 
  private:
   [[noreturn]] void fail(const char* step) const;

@@ -285,6 +285,18 @@ std::vector<Variable*> Layer::variables() {
   return result;
 }
 
+std::vector<Variable*> Layer::own_variables() {
+  std::vector<Variable*> result;
+  for (Variable& variable : variables_) result.push_back(&variable);
+  return result;
+}
+
+std::vector<SavedSublayer> Layer::saved_sublayers() const {
+  std::vector<SavedSublayer> result;
+  for (const LayerPtr& layer : sublayers_) result.push_back({layer->name(), layer});
+  return result;
+}
+
 std::vector<Tensor> Layer::weights() {
   std::vector<Tensor> result;
   for (Variable* variable : variables()) result.push_back(variable->value);

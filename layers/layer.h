@@ -35,6 +35,16 @@ struct Variable {
   bool sharded() const;
 };
 
+// A sublayer's place in Keras' weight files (.weights.h5, saving/keras_weight_layout.h): Keras
+// names a layer's sublayers after the Python attribute that holds them ("query_dense"). A null
+// `layer` stands for a sublayer Keras has and this engine does not (MultiHeadAttention's
+// softmax), written as an empty group whose "vars" carry `empty_name`.
+struct SavedSublayer {
+  std::string attribute;
+  LayerPtr layer;
+  std::string empty_name = {};
+};
+
 class Layer : public std::enable_shared_from_this<Layer> {
  public:
   // `default_prefix` is the snake_case class name ("dense"); an empty `name` gets a unique
@@ -83,6 +93,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
   // All weights of this layer and its sublayers, in creation order.
   std::vector<Variable*> variables();
+  // This layer's own weights (none of its sublayers'), in creation order.
+  std::vector<Variable*> own_variables();
+  // This layer's sublayers as Keras' weight files name them. The default names each by its
+  // own name (a layer of one's own: Keras would use the attribute's name, which C++ cannot
+  // see); built-in layers with sublayers give Keras' attribute names.
+  virtual std::vector<SavedSublayer> saved_sublayers() const;
   std::vector<Tensor> weights();
   std::vector<Tensor> trainable_weights();
   std::vector<Tensor> non_trainable_weights();

@@ -52,6 +52,12 @@ void MultiHeadAttention::create_sublayers(std::int64_t query_width) {
   dropout_ = add_layer(Dropout(options_.dropout, options_.seed, "dropout"));
 }
 
+std::vector<SavedSublayer> MultiHeadAttention::saved_sublayers() const {
+  if (!query_) return {};
+  return {{"query_dense", query_}, {"key_dense", key_},       {"value_dense", value_},
+          {"output_dense", output_}, {"_softmax", nullptr, "softmax"}, {"_dropout_layer", dropout_}};
+}
+
 Tensor MultiHeadAttention::checked_mask(const Shape& query, const Shape& value, const Tensor& attention_mask) const {
   if (!attention_mask.defined()) return attention_mask;
   const std::int64_t batch = query[0], targets = query[1], sources = value[1];

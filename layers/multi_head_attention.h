@@ -62,6 +62,9 @@ class MultiHeadAttention : public LayerOf<MultiHeadAttention> {
   EinsumDense& key_dense() { return *key_; }
   EinsumDense& value_dense() { return *value_; }
   EinsumDense& output_dense() { return *output_; }
+  // Keras' attribute names: query_dense, key_dense, value_dense, output_dense, _softmax (a
+  // layer of Keras' only: an empty group) and _dropout_layer.
+  std::vector<SavedSublayer> saved_sublayers() const override;
 
  private:
   void create_sublayers(std::int64_t query_width);

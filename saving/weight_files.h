@@ -1,4 +1,6 @@
-// The weight files of save_weights and load_weights (safetensors keyed by variable path), and
+// The weight files of save_weights and load_weights, picked by extension as Keras picks them:
+// Keras' .weights.h5 (saving/keras_weights_file.h) and safetensors keyed by the same layout
+// (saving/keras_weight_layout.h; files written before it, keyed by variable path, still load), and
 // the checks made on a file's tensors before any variable changes, which BackupAndRestore makes
 // on its backups too. A file that fails them leaves the model as it was.
 #pragma once
@@ -14,9 +16,10 @@ class Model;
 
 namespace weight_files {
 
-// Whether `path` names a weight file: save_weights, load_weights and ModelCheckpoint take only
-// safetensors files, by their ".safetensors" ending.
+// Whether `path` names a weight file: save_weights, load_weights and ModelCheckpoint take
+// ".weights.h5" (Keras' own) and ".safetensors".
 bool has_weights_suffix(const std::string& path);
+bool is_keras_weights_file(const std::string& path);
 // Throws ValueError unless has_weights_suffix(path); `what` names the caller.
 void check_file_name(const std::string& path, const char* what);
 
@@ -44,7 +47,8 @@ class CheckedFile {
 
   // The tensor `name`: throws ValueError when the file has none, ShapeError when its shape is
   // not `shape`, and for a dtype other than a float one the error of Wording.
-  const Tensor& tensor(const std::string& name, const Shape& shape) const;
+  // `owner`, when given, names what needs the tensor in messages ("variable 'sequential/dense/kernel'").
+  const Tensor& tensor(const std::string& name, const Shape& shape, const std::string& owner = "") const;
   std::size_t size() const { return tensors_.size(); }
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }
 

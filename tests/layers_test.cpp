@@ -239,7 +239,7 @@ TEST_F(WeightsTest, SaveLoadRoundTripAndRefusals) {
   Sequential missing({layers::Dense(4, "relu"), layers::Dense(2), layers::Dense(1)});
   missing(x);
   expect_throw_with<ValueError>([&] { missing.load_weights(file("model.safetensors")); },
-                                "has no weight 'sequential/dense_2/kernel'");
+                                "has no weight 'layers/dense_2/vars/0', which model 'sequential' needs (for variable 'sequential/dense_2/kernel')");
   expect_throw_with<ValueError>([&] { model.save_weights(file("model.h5")); }, ".safetensors");
   Sequential unbuilt({layers::Dense(1)});
   expect_throw_with<ValueError>([&] { unbuilt.load_weights(file("model.safetensors")); },

@@ -93,7 +93,7 @@ ModelCheckpoint::ModelCheckpoint(std::string filepath)
 ModelCheckpoint::ModelCheckpoint(std::string filepath, Options options)
     : filepath_(std::move(filepath)), options_(std::move(options)) {
   if (!weight_files::has_weights_suffix(filepath_)) {
-    throw ValueError(str("ModelCheckpoint: filepath must end in '.safetensors', got '",
+    throw ValueError(str("ModelCheckpoint: filepath must end in '.weights.h5' or '.safetensors', got '",
                          filepath_, "'"));
   }
   best_ = MonitoredBest(resolve_mode(options_.mode, options_.monitor) == "max");

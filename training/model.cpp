@@ -410,6 +410,10 @@ void Model::gather_optimizer_state() {
   if (gradient_reducer_ && optimizer_) gradient_reducer_->gather_optimizer_state(*optimizer_);
 }
 
+bool Model::optimizer_state_held_by_blocks() const {
+  return gradient_reducer_ && gradient_reducer_->optimizer_state_held_by_blocks();
+}
+
 double Model::last_gradient_sync_seconds() const {
   return gradient_reducer_ ? gradient_reducer_->last_communication_seconds() : 0.0;
 }

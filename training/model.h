@@ -267,6 +267,11 @@ class Model : public Layer {
   // updates (distribution/runtime/gradient_reducer.h); this makes the state whole on every process.
   // Collective: every process of the job calls it, before the state is read or saved.
   void gather_optimizer_state();
+  // Whether the optimizer's state is current only by blocks (then gather_optimizer_state(), a
+  // collective, makes it whole).
+  bool optimizer_state_held_by_blocks() const;
+  // Whether compile() was called (an optimizer and a loss are set).
+  bool compiled() const { return optimizer_ != nullptr && !losses_.empty(); }
 
   // Set by callbacks (EarlyStopping) to end fit() after the current epoch.
   bool stop_training = false;

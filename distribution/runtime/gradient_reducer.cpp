@@ -336,6 +336,7 @@ void GradientReducer::finish() {
 
 void GradientReducer::update_owned_blocks(optimizers::Optimizer& optimizer) {
   const int rank = group_->rank();
+  state_held_by_blocks_ = state_held_by_blocks_ || !block_updated_.empty();
   for (std::size_t i = 0; i < block_updated_.size(); ++i) {
     Tensor& variable = variables_[block_updated_[i]];
     const Tensor& block = owned_gradient_blocks_[i];
@@ -355,6 +356,8 @@ void GradientReducer::update_owned_blocks(optimizers::Optimizer& optimizer) {
 }
 
 void GradientReducer::gather_optimizer_state(optimizers::Optimizer& optimizer) {
+  if (!state_held_by_blocks_) return;
+  state_held_by_blocks_ = false;
   const int rank = group_->rank();
   for (std::size_t position : block_updated_) {
     const Tensor& variable = variables_[position];

@@ -83,8 +83,12 @@ class GradientReducer {
   // this process's block of every variable updated by blocks, then all-gathers the blocks.
   void update_owned_blocks(optimizers::Optimizer& optimizer);
   // Makes the optimizer state of the variables updated by blocks whole on every process (an
-  // all-gather of each slot): before the state is saved. Collective over the group.
+  // all-gather of each slot): before the state is saved. Collective over the group; nothing to
+  // do (and no collective) when no update by blocks happened since the last gather, which every
+  // process of the group knows alike.
   void gather_optimizer_state(optimizers::Optimizer& optimizer);
+  // Whether an update by blocks left the optimizer state current only in this process's blocks.
+  bool optimizer_state_held_by_blocks() const { return state_held_by_blocks_; }
   std::size_t block_updated_count() const { return block_updated_.size(); }
   std::size_t bucket_count() const { return buckets_.size(); }
   std::size_t in_place_count() const { return in_place_.size(); }
@@ -150,6 +154,7 @@ class GradientReducer {
   bool step_flag_on_any_process_ = false;
   double communication_seconds_ = 0;
   double last_communication_seconds_ = 0;
+  bool state_held_by_blocks_ = false;
 };
 
 }  // namespace keras::distribution

@@ -1,0 +1,299 @@
+// HDF5 groups, string attributes and datasets over libhdf5's C API, with typed errors.
+#include "io/hdf5_file.h"
+
+#include <hdf5.h>
+
+#include <filesystem>
+#include <limits>
+#include <utility>
+
+#include "engine/errors.h"
+
+namespace keras::io::hdf5 {
+namespace {
+
+static_assert(std::is_same_v<hid_t, std::int64_t>, "HDF5 1.10+ identifiers are 64-bit");
+
+// HDF5 prints its error stack on stderr by default; our errors say what failed instead.
+void silence_library() {
+  static const bool silenced = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)silenced;
+}
+
+// HDF5's largest rank; a file claiming more is damaged.
+constexpr int kMaxRank = 32;
+
+herr_t close_any(hid_t id) {
+  switch (H5Iget_type(id)) {
+    case H5I_FILE: return H5Fclose(id);
+    case H5I_GROUP: return H5Gclose(id);
+    case H5I_DATASET: return H5Dclose(id);
+    case H5I_DATASPACE: return H5Sclose(id);
+    case H5I_DATATYPE: return H5Tclose(id);
+    case H5I_ATTR: return H5Aclose(id);
+    case H5I_GENPROP_LST: return H5Pclose(id);
+    default: return -1;
+  }
+}
+
+Handle checked(hid_t id, const std::string& what) {
+  if (id < 0) throw FileFormatError(what);
+  return Handle(id);
+}
+
+hid_t memory_type_of(DType dtype) {
+  switch (dtype) {
+    case float32: return H5T_NATIVE_FLOAT;
+    case float64: return H5T_NATIVE_DOUBLE;
+    case int32: return H5T_NATIVE_INT32;
+    case int64: return H5T_NATIVE_INT64;
+    default:
+      throw DTypeError(str("HDF5 datasets hold float32, float64, int32 or int64 here, got ",
+                           dtype_name(dtype)));
+  }
+}
+
+hid_t file_type_of(DType dtype) {
+  switch (dtype) {
+    case float32: return H5T_IEEE_F32LE;
+    case float64: return H5T_IEEE_F64LE;
+    case int32: return H5T_STD_I32LE;
+    case int64: return H5T_STD_I64LE;
+    default: return memory_type_of(dtype);  // throws
+  }
+}
+
+}  // namespace
+
+Handle::~Handle() {
+  if (id_ >= 0) close_any(id_);
+}
+
+Handle& Handle::operator=(Handle&& other) noexcept {
+  if (this != &other) {
+    if (id_ >= 0) close_any(id_);
+    id_ = other.id_;
+    other.id_ = -1;
+  }
+  return *this;
+}
+
+Group::Group(Handle handle, std::string file_path, std::string path)
+    : handle_(std::move(handle)), file_path_(std::move(file_path)), path_(std::move(path)) {}
+
+std::string Group::describe(const std::string& name) const {
+  std::string full = path_.empty() ? name : name.empty() ? path_ : path_ + "/" + name;
+  return str("'", file_path_, "': '", full.empty() ? "/" : full, "'");
+}
+
+bool Group::has(const std::string& name) const {
+  // H5Lexists takes one link name here (no '/'), so no intermediate group can be missing.
+  if (name.empty() || name.find('/') != std::string::npos) return false;
+  return H5Lexists(handle_.get(), name.c_str(), H5P_DEFAULT) > 0;
+}
+
+namespace {
+H5O_type_t object_type(hid_t group, const std::string& name) {
+  H5O_info_t info;
+  if (H5Oget_info_by_name(group, name.c_str(), &info, H5P_DEFAULT) < 0) return H5O_TYPE_UNKNOWN;
+  return info.type;
+}
+}  // namespace
+
+bool Group::has_group(const std::string& name) const {
+  return has(name) && object_type(handle_.get(), name) == H5O_TYPE_GROUP;
+}
+
+bool Group::has_dataset(const std::string& name) const {
+  return has(name) && object_type(handle_.get(), name) == H5O_TYPE_DATASET;
+}
+
+std::vector<std::string> Group::member_names() const {
+  std::vector<std::string> names;
+  auto collect = [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+    static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+    return 0;
+  };
+  hsize_t index = 0;
+  if (H5Literate(handle_.get(), H5_INDEX_NAME, H5_ITER_INC, &index, collect, &names) < 0) {
+    throw FileFormatError(str(describe(""), " cannot be listed (damaged file?)"));
+  }
+  return names;
+}
+
+Group Group::group(const std::string& name) const {
+  if (!has_group(name)) throw FileFormatError(str(describe(name), " is not a group in the file"));
+  return Group(checked(H5Gopen2(handle_.get(), name.c_str(), H5P_DEFAULT),
+                       str(describe(name), " cannot be opened")),
+               file_path_, path_.empty() ? name : path_ + "/" + name);
+}
+
+Group Group::create_group(const std::string& name) {
+  Handle created(H5Gcreate2(handle_.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!created.valid()) throw Error(str(describe(name), ": the group cannot be created"));
+  return Group(std::move(created), file_path_, path_.empty() ? name : path_ + "/" + name);
+}
+
+void Group::set_string_attribute(const std::string& name, const std::string& value) {
+  Handle type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Handle space(H5Screate(H5S_SCALAR));
+  Handle attribute(H5Acreate2(handle_.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT,
+                              H5P_DEFAULT));
+  const char* text = value.c_str();
+  if (!attribute.valid() || H5Awrite(attribute.get(), type.get(), &text) < 0) {
+    throw Error(str(describe(""), ": its attribute '", name, "' cannot be written"));
+  }
+}
+
+std::optional<std::string> Group::string_attribute(const std::string& name) const {
+  if (H5Aexists(handle_.get(), name.c_str()) <= 0) return std::nullopt;
+  Handle attribute(H5Aopen(handle_.get(), name.c_str(), H5P_DEFAULT));
+  Handle type(H5Aget_type(attribute.get()));
+  Handle space(H5Aget_space(attribute.get()));
+  if (!attribute.valid() || !type.valid() || H5Tget_class(type.get()) != H5T_STRING ||
+      H5Sget_simple_extent_npoints(space.get()) != 1) {
+    return std::nullopt;
+  }
+  if (H5Tis_variable_str(type.get()) > 0) {
+    Handle memory(H5Tcopy(H5T_C_S1));
+    H5Tset_size(memory.get(), H5T_VARIABLE);
+    H5Tset_cset(memory.get(), H5Tget_cset(type.get()));
+    char* text = nullptr;
+    if (H5Aread(attribute.get(), memory.get(), &text) < 0 || text == nullptr) return std::nullopt;
+    std::string value(text);
+    H5free_memory(text);
+    return value;
+  }
+  std::size_t size = H5Tget_size(type.get());
+  if (size == 0 || size > (1u << 20)) return std::nullopt;
+  std::string value(size, '\0');
+  if (H5Aread(attribute.get(), type.get(), value.data()) < 0) return std::nullopt;
+  value.resize(value.find('\0') == std::string::npos ? size : value.find('\0'));
+  return value;
+}
+
+void Group::write_dataset(const std::string& name, const Tensor& tensor) {
+  Tensor host = tensor.device().is_cpu() ? tensor : tensor.to(Device::cpu());
+  if (host.impl() == tensor.impl()) host = tensor.clone();  // contiguous, and ours to read
+  std::vector<hsize_t> dims(host.shape().begin(), host.shape().end());
+  Handle space(dims.empty() ? H5Screate(H5S_SCALAR)
+                            : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  Handle dataset(H5Dcreate2(handle_.get(), name.c_str(), file_type_of(host.dtype()), space.get(),
+                            H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!dataset.valid() || H5Dwrite(dataset.get(), memory_type_of(host.dtype()), H5S_ALL, H5S_ALL,
+                                   H5P_DEFAULT, host.raw_data()) < 0) {
+    throw Error(str(describe(name), ": the dataset cannot be written"));
+  }
+}
+
+DatasetInfo Group::dataset_info(const std::string& name) const {
+  if (!has_dataset(name)) throw FileFormatError(str(describe(name), " is not a dataset in the file"));
+  Handle dataset = checked(H5Dopen2(handle_.get(), name.c_str(), H5P_DEFAULT),
+                           str(describe(name), " cannot be opened"));
+  Handle type = checked(H5Dget_type(dataset.get()), str(describe(name), " has no readable type"));
+  Handle space = checked(H5Dget_space(dataset.get()), str(describe(name), " has no readable shape"));
+  DatasetInfo info;
+  H5T_class_t element_class = H5Tget_class(type.get());
+  if (element_class != H5T_FLOAT && element_class != H5T_INTEGER) {
+    throw FileFormatError(str(describe(name), " holds neither floats nor integers"));
+  }
+  info.floating = element_class == H5T_FLOAT;
+  int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0 || rank > kMaxRank) {
+    throw FileFormatError(str(describe(name), " has rank ", rank, "; expected 0 to ", kMaxRank));
+  }
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  for (hsize_t dim : dims) {
+    if (dim > static_cast<hsize_t>(std::numeric_limits<std::int64_t>::max() / 2)) {
+      throw FileFormatError(str(describe(name), " claims a dimension of ", dim));
+    }
+    info.shape.push_back(static_cast<std::int64_t>(dim));
+  }
+  return info;
+}
+
+Tensor Group::read_dataset(const std::string& name, DType dtype, const Shape& starts,
+                           const Shape& sizes) const {
+  DatasetInfo info = dataset_info(name);
+  Shape block = sizes.empty() ? info.shape : sizes;
+  if (block.size() != info.shape.size() || (!starts.empty() && starts.size() != block.size())) {
+    throw ShapeError(str(describe(name), ": a block of rank ", block.size(), " asked of a dataset of shape ",
+                         shape_to_string(info.shape)));
+  }
+  for (std::size_t axis = 0; axis < block.size(); ++axis) {
+    std::int64_t start = starts.empty() ? 0 : starts[axis];
+    if (start < 0 || block[axis] < 0 || start + block[axis] > info.shape[axis]) {
+      throw ShapeError(str(describe(name), ": block ", shape_to_string(starts), " + ",
+                           shape_to_string(block), " lies outside its shape ",
+                           shape_to_string(info.shape)));
+    }
+  }
+  Tensor result = Tensor::empty(block, dtype);
+  if (result.size() == 0) return result;
+  Handle dataset = checked(H5Dopen2(handle_.get(), name.c_str(), H5P_DEFAULT),
+                           str(describe(name), " cannot be opened"));
+  Handle file_space = checked(H5Dget_space(dataset.get()), str(describe(name), " has no shape"));
+  Handle memory_space;
+  if (!block.empty()) {
+    std::vector<hsize_t> offsets(block.size()), counts(block.size());
+    for (std::size_t axis = 0; axis < block.size(); ++axis) {
+      offsets[axis] = static_cast<hsize_t>(starts.empty() ? 0 : starts[axis]);
+      counts[axis] = static_cast<hsize_t>(block[axis]);
+    }
+    if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, offsets.data(), nullptr,
+                            counts.data(), nullptr) < 0) {
+      throw FileFormatError(str(describe(name), ": its block cannot be selected"));
+    }
+    memory_space = Handle(H5Screate_simple(static_cast<int>(counts.size()), counts.data(), nullptr));
+  } else {
+    memory_space = Handle(H5Screate(H5S_SCALAR));
+  }
+  if (H5Dread(dataset.get(), memory_type_of(dtype), memory_space.get(), file_space.get(),
+              H5P_DEFAULT, result.raw_data()) < 0) {
+    throw FileFormatError(str(describe(name), " cannot be read (truncated or damaged file?)"));
+  }
+  return result;
+}
+
+File File::create(const std::string& path) {
+  silence_library();
+  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (id < 0) throw Error(str("'", path, "' cannot be created as an HDF5 file"));
+  return File(Handle(id), path);
+}
+
+File File::open(const std::string& path) {
+  silence_library();
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    throw FileNotFoundError(str("'", path, "': no such file"));
+  }
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    throw FileFormatError(str("'", path, "' is not an HDF5 file"));
+  }
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (id < 0) throw FileFormatError(str("'", path, "' cannot be opened as an HDF5 file (damaged?)"));
+  return File(Handle(id), path);
+}
+
+Group File::root() const {
+  return Group(checked(H5Gopen2(handle_.get(), "/", H5P_DEFAULT),
+                       str("'", path_, "': its root group cannot be opened")),
+               path_, "");
+}
+
+void File::close() {
+  if (!handle_.valid()) return;
+  hid_t id = handle_.get();
+  Handle released = std::move(handle_);  // closed below, once
+  bool flushed = H5Fflush(id, H5F_SCOPE_GLOBAL) >= 0;
+  if (!flushed) throw Error(str("'", path_, "': HDF5 could not write what it holds"));
+}
+
+}  // namespace keras::io::hdf5

@@ -1,0 +1,386 @@
+// Keras' .weights.h5: writing a model's groups and datasets, and reading them back by block.
+#include "saving/keras_weights_file.h"
+
+#include <cctype>
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "distribution/api/distribution.h"
+#include "distribution/runtime/runtime.h"
+#include "distribution/runtime/shared_outcome.h"
+#include "distribution/sharding/sharded_tensor.h"
+#include "engine/errors.h"
+#include "engine/ops.h"
+#include "engine/optimizers.h"
+#include "io/atomic_file.h"
+#include "io/hdf5_file.h"
+#include "saving/checkpoint_files.h"
+#include "saving/keras_weight_layout.h"
+#include "training/model.h"
+
+namespace keras::saving {
+namespace {
+
+using io::hdf5::Group;
+using Kind = OptimizerEntry::Kind;
+
+// Groups made on demand by path ("layers/dense/vars"), each once.
+class GroupTree {
+ public:
+  explicit GroupTree(Group root) { groups_.emplace("", std::move(root)); }
+  Group& at(const std::string& path) {
+    if (auto found = groups_.find(path); found != groups_.end()) return found->second;
+    std::size_t slash = path.rfind('/');
+    Group& parent = at(slash == std::string::npos ? "" : path.substr(0, slash));
+    Group created = parent.create_group(slash == std::string::npos ? path : path.substr(slash + 1));
+    return groups_.emplace(path, std::move(created)).first->second;
+  }
+  void clear() { groups_.clear(); }
+
+ private:
+  std::map<std::string, Group> groups_;
+};
+
+// The tensor of `variable`'s slot, state or value that `entry` names; undefined when the
+// optimizer holds none (then nothing is written for it).
+Tensor optimizer_tensor(const optimizers::Optimizer& optimizer, const OptimizerEntry& entry) {
+  const Tensor& variable = entry.variable->value;
+  switch (entry.kind) {
+    case Kind::average: return optimizer.outside_slots_of(variable).average;
+    case Kind::accumulated: return optimizer.outside_slots_of(variable).accumulated;
+    case Kind::slot: {
+      std::vector<Tensor> slots = optimizer.slots_of(variable);
+      return entry.slot < static_cast<int>(slots.size()) ? slots[entry.slot] : Tensor();
+    }
+    default: return Tensor();
+  }
+}
+
+// Whether the optimizer has made its per-variable state (Keras: whether it is built).
+bool optimizer_has_state(const optimizers::Optimizer& optimizer, const std::vector<Variable*>& trainable) {
+  for (Variable* variable : trainable) {
+    if (!optimizer.slots_of(variable->value).empty()) return true;
+    auto outside = optimizer.outside_slots_of(variable->value);
+    if (outside.average.defined() || outside.accumulated.defined()) return true;
+  }
+  return false;
+}
+
+Tensor zeros_like(const Tensor& variable) {
+  return Tensor::zeros(variable.shape(), variable.dtype(), variable.device());
+}
+
+// Keras' default optimizer names are lower case ("adam", "sgd").
+std::string keras_optimizer_name(const std::string& name) {
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower;
+}
+
+std::vector<Variable*> trainable_variables(Model& model) {
+  std::vector<Variable*> result;
+  for (Variable* variable : model.variables()) {
+    if (variable->trainable) result.push_back(variable);
+  }
+  return result;
+}
+
+std::string where(const WeightGroup& group) {
+  return group.path.empty() ? std::string("the model itself") : str("'", group.path, "'");
+}
+
+// This process's block of `variable` as starts and sizes (both empty: the whole of it).
+std::pair<Shape, Shape> block_of(const Tensor& variable) {
+  std::optional<distribution::Sharding> sharding = distribution::sharding_of(variable);
+  if (!sharding) return {};
+  return sharding->block(distribution::process_coordinates(*sharding->mesh()));
+}
+
+// A dataset checked against the shape the model expects, then read by block and cast.
+Tensor read_checked(const Group& vars, const std::string& index, const Shape& expected,
+                    const Tensor& like, const std::string& path, const std::string& what) {
+  io::hdf5::DatasetInfo info = vars.dataset_info(index);
+  if (info.shape != expected) {
+    throw ShapeError(str("load_weights: '", vars.path(), "/", index, "' in '", path, "' has shape ",
+                         shape_to_string(info.shape), " but ", what, " has shape ",
+                         shape_to_string(expected)));
+  }
+  if (!info.floating && is_floating(like.dtype())) {
+    throw DTypeError(str("load_weights: '", vars.path(), "/", index, "' in '", path,
+                         "' holds integers; ", what, " is ", dtype_name(like.dtype())));
+  }
+  auto [starts, sizes] = block_of(like);
+  Tensor block = vars.read_dataset(index, float32, starts, sizes);
+  return block.dtype() == like.dtype() ? block : ops::cast(block, like.dtype());
+}
+
+}  // namespace
+
+void save_keras_weights(Model& model, const std::string& path) {
+  std::vector<WeightGroup> groups = keras_weight_groups(model);
+  bool sharded = false;
+  for (const WeightGroup& group : groups) {
+    for (Variable* variable : group.variables) sharded = sharded || variable->sharded();
+  }
+  bool with_optimizer = model.compiled();
+  bool gathered = sharded || (with_optimizer && model.optimizer_state_held_by_blocks());
+  if (with_optimizer) model.gather_optimizer_state();  // a collective only when held by blocks
+  distribution::Communicator& world = distribution::world();
+  bool writes = !gathered || world.size() == 1 || world.rank() == 0;
+
+  // The writer keeps taking part in every gather after a failure of its own, so no process
+  // is left waiting in one; the failure is shared at the end.
+  std::exception_ptr failure;
+  std::optional<io::AtomicFile> temporary;
+  std::optional<io::hdf5::File> file;
+  std::optional<GroupTree> tree;
+  auto attempt = [&](auto&& step) {
+    if (!writes || failure) return;
+    try {
+      step();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  };
+  attempt([&] {
+    temporary.emplace(path, "save_weights");
+    file.emplace(io::hdf5::File::create(temporary->temporary_path()));
+    tree.emplace(file->root());
+  });
+  NoGradGuard no_grad;
+  for (const WeightGroup& group : groups) {
+    attempt([&] {
+      tree->at(group.path.empty() ? "layers" : group.path);  // Keras writes "layers" even empty
+      tree->at(group.vars_path()).set_string_attribute("name", group.name);
+    });
+    for (std::size_t index = 0; index < group.variables.size(); ++index) {
+      const Tensor& value = group.variables[index]->value;
+      Tensor whole = checkpoint::full_tensor(value, value);
+      attempt([&] { tree->at(group.vars_path()).write_dataset(std::to_string(index), whole); });
+    }
+  }
+  if (with_optimizer) {
+    optimizers::Optimizer& optimizer = model.optimizer();
+    std::vector<Variable*> trainable = trainable_variables(model);
+    std::vector<OptimizerEntry> entries =
+        keras_optimizer_entries(optimizer, trainable, optimizer_has_state(optimizer, trainable));
+    attempt([&] { tree->at("optimizer/vars").set_string_attribute("name", keras_optimizer_name(optimizer.name())); });
+    for (std::size_t index = 0; index < entries.size(); ++index) {
+      const OptimizerEntry& entry = entries[index];
+      Tensor tensor;
+      if (entry.kind == Kind::iterations) {
+        tensor = Tensor::scalar(static_cast<double>(optimizer.iterations()), int64);
+      } else if (entry.kind == Kind::learning_rate) {
+        tensor = Tensor::scalar(optimizer.learning_rate(), float32);
+      } else {
+        Tensor local = optimizer_tensor(optimizer, entry);
+        // A variable without this state yet (no gradient reached it): zeros, as Keras' built
+        // optimizer holds.
+        if (!local.defined()) local = zeros_like(entry.variable->value);
+        tensor = checkpoint::full_tensor(local, entry.variable->value);
+      }
+      attempt([&] { tree->at("optimizer/vars").write_dataset(std::to_string(index), tensor); });
+    }
+  }
+  attempt([&] {
+    tree.reset();
+    file->close();
+    file.reset();
+    temporary->commit();
+  });
+  if (!gathered) {
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+  distribution::agree_on_failure(failure, str("save_weights: writing '", path, "' (process 0 writes it)"));
+}
+
+namespace {
+
+// The group at `path` ("layers/dense/vars") below `root`, if every part of it is a group.
+std::optional<Group> find_group(const Group& root, const std::string& path) {
+  std::optional<Group> current;
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    std::size_t slash = path.find('/', start);
+    std::string part = path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    const Group& parent = current ? *current : root;
+    if (!parent.has_group(part)) return std::nullopt;
+    current = parent.group(part);
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  return current;
+}
+
+std::size_t dataset_count(const Group& group) {
+  std::size_t count = 0;
+  for (const std::string& name : group.member_names()) count += group.has_dataset(name) ? 1 : 0;
+  return count;
+}
+
+// Every dataset's path below `group`, bounded: a damaged or hostile file may nest groups
+// without end or link a group into itself.
+void collect_datasets(const Group& group, int depth, std::vector<std::string>& found,
+                      const std::string& file_path) {
+  constexpr int kMaxDepth = 64;
+  constexpr std::size_t kMaxObjects = 1'000'000;
+  if (depth > kMaxDepth || found.size() > kMaxObjects) {
+    throw FileFormatError(str("load_weights: '", file_path, "' nests groups deeper than ", kMaxDepth,
+                              " or holds over ", kMaxObjects, " objects (damaged or hostile file?)"));
+  }
+  for (const std::string& name : group.member_names()) {
+    if (group.has_dataset(name)) {
+      found.push_back(group.path().empty() ? name : group.path() + "/" + name);
+    } else if (group.has_group(name)) {
+      collect_datasets(group.group(name), depth + 1, found, file_path);
+    }
+  }
+}
+
+std::string variable_names(const std::vector<Variable*>& variables) {
+  std::string names;
+  for (Variable* variable : variables) names += (names.empty() ? "" : ", ") + variable->name;
+  return names;
+}
+
+// The optimizer's part of a file, read and checked: what load applies once all is read.
+struct OptimizerState {
+  std::optional<std::int64_t> iterations;
+  std::optional<double> learning_rate;
+  std::vector<std::pair<OptimizerEntry, Tensor>> tensors;
+};
+
+std::optional<OptimizerState> read_optimizer(const Group& root, Model& model, const std::string& path) {
+  if (!model.compiled()) return std::nullopt;  // Keras, too, ignores it then
+  std::optional<Group> vars = find_group(root, "optimizer/vars");
+  if (!vars) return std::nullopt;
+  optimizers::Optimizer& optimizer = model.optimizer();
+  std::vector<Variable*> trainable = trainable_variables(model);
+  std::vector<OptimizerEntry> full = keras_optimizer_entries(optimizer, trainable, true);
+  std::vector<OptimizerEntry> bare = keras_optimizer_entries(optimizer, trainable, false);
+  std::size_t count = dataset_count(*vars);
+  if (count != full.size() && count != bare.size()) {
+    if (distribution::process_id() == 0) {
+      std::fprintf(stderr,
+                   "load_weights: skipping the optimizer state in '%s': it holds %zu variables, and "
+                   "optimizer '%s' of model '%s' has %zu (%zu before its first step); its weights "
+                   "are loaded\n",
+                   path.c_str(), count, optimizer.name().c_str(), model.name().c_str(), full.size(),
+                   bare.size());
+    }
+    return std::nullopt;
+  }
+  const std::vector<OptimizerEntry>& entries = count == full.size() ? full : bare;
+  OptimizerState state;
+  for (std::size_t index = 0; index < entries.size(); ++index) {
+    const OptimizerEntry& entry = entries[index];
+    std::string name = std::to_string(index);
+    if (entry.kind == Kind::iterations || entry.kind == Kind::learning_rate) {
+      io::hdf5::DatasetInfo info = vars->dataset_info(name);
+      if (!info.shape.empty()) {
+        throw ShapeError(str("load_weights: 'optimizer/vars/", name, "' in '", path, "' has shape ",
+                             shape_to_string(info.shape), "; the optimizer's ",
+                             entry.kind == Kind::iterations ? "iterations" : "learning_rate",
+                             " is a scalar"));
+      }
+      if (entry.kind == Kind::iterations) {
+        std::int64_t iterations = vars->read_dataset(name, int64).to_vector<std::int64_t>()[0];
+        if (iterations < 0) {
+          throw FileFormatError(str("load_weights: '", path, "' gives the optimizer ", iterations,
+                                    " iterations; expected a count of 0 or more"));
+        }
+        state.iterations = iterations;
+      } else {
+        state.learning_rate = vars->read_dataset(name, float64).to_vector<double>()[0];
+      }
+      continue;
+    }
+    const Variable& variable = *entry.variable;
+    state.tensors.emplace_back(
+        entry, read_checked(*vars, name, variable.global_shape(), variable.value, path,
+                            str("the optimizer's state of '", variable.path(), "'")));
+  }
+  return state;
+}
+
+void apply_optimizer(optimizers::Optimizer& optimizer, const OptimizerState& state) {
+  if (state.iterations) optimizer.set_iterations(*state.iterations);
+  if (state.learning_rate && !optimizer.learning_rate_schedule()) optimizer.set_learning_rate(*state.learning_rate);
+  std::map<Variable*, std::vector<Tensor>> slots;
+  std::map<Variable*, optimizers::Optimizer::OutsideSlots> outside;
+  for (const auto& [entry, tensor] : state.tensors) {
+    if (entry.kind == Kind::slot) {
+      std::vector<Tensor>& held = slots[entry.variable];
+      if (held.empty()) held = optimizer.slots_of(entry.variable->value);
+      while (static_cast<int>(held.size()) <= entry.slot) held.push_back(zeros_like(entry.variable->value));
+      held[static_cast<std::size_t>(entry.slot)] = tensor;
+    } else if (entry.kind == Kind::average) {
+      outside[entry.variable].average = tensor;
+    } else if (entry.kind == Kind::accumulated) {
+      outside[entry.variable].accumulated = tensor;
+    }
+  }
+  for (const auto& [variable, held] : slots) optimizer.set_slots(variable->value, held);
+  for (const auto& [variable, held] : outside) optimizer.set_outside_slots(variable->value, held);
+}
+
+}  // namespace
+
+void load_keras_weights(Model& model, const std::string& path) {
+  io::hdf5::File file = io::hdf5::File::open(path);
+  Group root = file.root();
+  std::vector<WeightGroup> groups = keras_weight_groups(model);
+
+  // Every block is read and checked first; nothing changes until all are.
+  std::vector<std::pair<Variable*, Tensor>> values;
+  std::set<std::string> expected;
+  for (const WeightGroup& group : groups) {
+    std::optional<Group> vars = find_group(root, group.vars_path());
+    if (!vars) {
+      // A layer without variables may be missing (Keras skips it as well).
+      if (group.variables.empty()) continue;
+      throw ValueError(str("load_weights: '", path, "' has no group '", group.vars_path(), "', where ",
+                           where(group), " of model '", model.name(), "' keeps its ",
+                           group.variables.size(), " weights (", variable_names(group.variables),
+                           "); is the file of another model?"));
+    }
+    std::size_t count = dataset_count(*vars);
+    if (count != group.variables.size()) {
+      throw ValueError(str("load_weights: '", group.vars_path(), "' in '", path, "' holds ", count,
+                           " weights, but ", where(group), " (layer '", group.name, "') of model '",
+                           model.name(), "' has ", group.variables.size(),
+                           group.variables.empty() ? "" : str(" (", variable_names(group.variables), ")")));
+    }
+    for (std::size_t index = 0; index < group.variables.size(); ++index) {
+      Variable* variable = group.variables[index];
+      values.emplace_back(variable, read_checked(*vars, std::to_string(index), variable->global_shape(),
+                                                 variable->value, path,
+                                                 str("variable '", variable->path(), "'")));
+      expected.insert(group.key(index));
+    }
+  }
+  // A weight the model has no place for means the file is of another model.
+  for (const std::string& name : root.member_names()) {
+    if (name == "optimizer" || !root.has_group(name)) continue;
+    std::vector<std::string> found;
+    collect_datasets(root.group(name), 1, found, path);
+    for (const std::string& dataset : found) {
+      if (!expected.count(dataset)) {
+        throw ValueError(str("load_weights: '", path, "' has weight '", dataset, "', for which model '",
+                             model.name(), "' has no variable; is the file of another model?"));
+      }
+    }
+  }
+  std::optional<OptimizerState> optimizer_state = read_optimizer(root, model, path);
+
+  NoGradGuard no_grad;
+  for (auto& [variable, value] : values) variable->value.assign(value);
+  if (optimizer_state) apply_optimizer(model.optimizer(), *optimizer_state);
+}
+
+}  // namespace keras::saving

@@ -1,0 +1,307 @@
+// Keras' weight files (.weights.h5) and the layout safetensors weight files share with them:
+// the groups Keras 3.15 writes, round trips with the optimizer's state, a second instance of a
+// model reading the first one's file, and files that are damaged, lie or belong to another
+// model (typed errors, the model left as it was). Files written by Python Keras are checked
+// in tests/interop.
+#include <hdf5.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "io/hdf5_file.h"
+#include "keras.h"
+#include "saving/keras_weight_layout.h"
+#include "tests/test_helpers.h"
+
+namespace keras {
+namespace {
+
+using testing::expect_throw_with;
+
+class KerasWeightsFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    clear_session();
+    set_random_seed(3);
+    directory_ = std::filesystem::temp_directory_path() /
+                 ("keras_weights_file_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(directory_);
+  }
+  void TearDown() override { std::filesystem::remove_all(directory_); }
+  std::string file(const std::string& name) const { return (directory_ / name).string(); }
+  std::filesystem::path directory_;
+};
+
+Sequential small_mlp() {
+  return Sequential({layers::Dense(6, "relu"), layers::BatchNormalization(), layers::Dense(3)});
+}
+
+std::vector<double> values_of(const Tensor& tensor) { return tensor.to_vector<double>(); }
+
+TEST_F(KerasWeightsFileTest, SnakeCaseFollowsKeras) {
+  EXPECT_EQ(saving::to_snake_case("GlobalAveragePooling2D"), "global_average_pooling2d");
+  EXPECT_EQ(saving::to_snake_case("ReLU"), "re_lu");
+  EXPECT_EQ(saving::to_snake_case("Conv2D"), "conv2d");
+  EXPECT_EQ(saving::to_snake_case("MultiHeadAttention"), "multi_head_attention");
+  EXPECT_EQ(saving::to_snake_case("InputLayer"), "input_layer");
+  EXPECT_EQ(saving::to_snake_case("EinsumDense"), "einsum_dense");
+  EXPECT_EQ(saving::to_snake_case("RMSNormalization"), "rms_normalization");
+}
+
+TEST_F(KerasWeightsFileTest, GroupsAreKerasLayout) {
+  // A functional model with two inputs, a repeated class and MultiHeadAttention's sublayers.
+  KerasTensor a = Input({5, 8}, "a");
+  KerasTensor b = Input({5, 2}, "b");
+  KerasTensor attended = layers::MultiHeadAttention(2, 4)(a);
+  KerasTensor hidden = layers::Dense(2)(layers::LayerNormalization()(attended));
+  Model model({a, b}, layers::Add()({hidden, b}));
+  model.compile(optimizers::Adam(), "mse");
+  model.save_weights(file("model.weights.h5"));
+
+  io::hdf5::File saved = io::hdf5::File::open(file("model.weights.h5"));
+  io::hdf5::Group root = saved.root();
+  EXPECT_EQ(root.member_names(), (std::vector<std::string>{"layers", "optimizer", "vars"}));
+  io::hdf5::Group layers_group = root.group("layers");
+  EXPECT_EQ(layers_group.member_names(),
+            (std::vector<std::string>{"add", "dense", "input_layer", "input_layer_1",
+                                      "layer_normalization", "multi_head_attention"}));
+  io::hdf5::Group attention = layers_group.group("multi_head_attention");
+  EXPECT_EQ(attention.member_names(),
+            (std::vector<std::string>{"_dropout_layer", "_softmax", "key_dense", "output_dense",
+                                      "query_dense", "value_dense", "vars"}));
+  EXPECT_EQ(attention.group("query_dense").group("vars").dataset_info("0").shape, (Shape{8, 2, 4}));
+  EXPECT_EQ(attention.group("output_dense").group("vars").dataset_info("0").shape, (Shape{2, 4, 8}));
+  EXPECT_EQ(layers_group.group("input_layer").group("vars").string_attribute("name"), "a");
+  EXPECT_EQ(layers_group.group("dense").group("vars").dataset_info("0").shape, (Shape{8, 2}));
+  EXPECT_TRUE(layers_group.group("add").group("vars").member_names().empty());
+  EXPECT_EQ(root.group("vars").string_attribute("name"), model.name());
+  // An optimizer before its first step: iterations and learning_rate, as Keras writes it.
+  io::hdf5::Group optimizer_vars = root.group("optimizer").group("vars");
+  EXPECT_EQ(optimizer_vars.member_names(), (std::vector<std::string>{"0", "1"}));
+  EXPECT_EQ(optimizer_vars.string_attribute("name"), "adam");
+}
+
+TEST_F(KerasWeightsFileTest, BatchNormalizationKeepsKerasOrder) {
+  Sequential model = small_mlp();
+  model(testing::random_tensor({4, 5}, 1, float32));
+  model.save_weights(file("bn.weights.h5"));
+  io::hdf5::File saved = io::hdf5::File::open(file("bn.weights.h5"));
+  io::hdf5::Group vars = saved.root().group("layers").group("batch_normalization").group("vars");
+  // gamma, beta (trainable), then moving_mean, moving_variance: gamma and moving_variance start
+  // at one, beta and moving_mean at zero.
+  EXPECT_EQ(vars.read_dataset("0", float32).to_vector<double>(), std::vector<double>(6, 1.0));
+  EXPECT_EQ(vars.read_dataset("1", float32).to_vector<double>(), std::vector<double>(6, 0.0));
+  EXPECT_EQ(vars.read_dataset("2", float32).to_vector<double>(), std::vector<double>(6, 0.0));
+  EXPECT_EQ(vars.read_dataset("3", float32).to_vector<double>(), std::vector<double>(6, 1.0));
+}
+
+TEST_F(KerasWeightsFileTest, RoundTripWithOptimizerIntoASecondInstance) {
+  testing::Blobs data = testing::make_blobs(64, 5);
+  Sequential model = small_mlp();
+  model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+  model.fit(data.x, data.y, {.batch_size = 16, .epochs = 2, .verbose = 0});
+  Tensor before = model(data.x);
+  for (const char* name : {"trained.weights.h5", "trained.safetensors"}) {
+    model.save_weights(file(name));
+    // No clear_session(): this instance's layers are dense_2, batch_normalization_1, ...
+    Sequential copy = small_mlp();
+    copy.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+    copy(data.x);
+    EXPECT_NE(values_of(copy(data.x)), values_of(before)) << name;
+    copy.load_weights(file(name));
+    EXPECT_EQ(values_of(copy(data.x)), values_of(before)) << name;
+    if (std::string(name).ends_with(".h5")) {
+      // The optimizer's state came with it: the next step of both is the same.
+      EXPECT_EQ(copy.optimizer().iterations(), model.optimizer().iterations());
+      Sequential& original = model;
+      std::vector<Tensor> trained = original.trainable_weights();
+      std::vector<Tensor> loaded = copy.trainable_weights();
+      ASSERT_EQ(trained.size(), loaded.size());
+      for (std::size_t i = 0; i < trained.size(); ++i) {
+        std::vector<Tensor> expected = model.optimizer().slots_of(trained[i]);
+        std::vector<Tensor> got = copy.optimizer().slots_of(loaded[i]);
+        ASSERT_EQ(expected.size(), got.size());
+        for (std::size_t s = 0; s < expected.size(); ++s) EXPECT_EQ(values_of(got[s]), values_of(expected[s]));
+      }
+    }
+  }
+}
+
+TEST_F(KerasWeightsFileTest, ResumedTrainingMatchesUninterrupted) {
+  testing::Blobs data = testing::make_blobs(64, 7);
+  auto make = [] {
+    Sequential model = small_mlp();
+    model.compile(optimizers::RMSprop(0.01, 0.9, 0.5, 1e-7, true), losses::SparseCategoricalCrossentropy(true));
+    return model;
+  };
+  set_random_seed(11);
+  Sequential straight = make();
+  straight.fit(data.x, data.y, {.batch_size = 64, .epochs = 4, .shuffle = false, .verbose = 0});
+  set_random_seed(11);
+  Sequential first = make();
+  first.fit(data.x, data.y, {.batch_size = 64, .epochs = 2, .shuffle = false, .verbose = 0});
+  first.save_weights(file("half.weights.h5"));
+  Sequential second = make();
+  second(data.x);
+  second.load_weights(file("half.weights.h5"));
+  second.fit(data.x, data.y, {.batch_size = 64, .epochs = 2, .shuffle = false, .verbose = 0});
+  testing::expect_close(values_of(second(data.x)), values_of(straight(data.x)), 1e-12, "resumed");
+}
+
+TEST_F(KerasWeightsFileTest, AnotherModelsFileIsRefusedAndChangesNothing) {
+  Tensor x = testing::random_tensor({2, 5}, 1, float32);
+  Sequential model = small_mlp();
+  model(x);
+  model.save_weights(file("model.weights.h5"));
+
+  Sequential wider({layers::Dense(7, "relu"), layers::BatchNormalization(), layers::Dense(3)});
+  Tensor before = wider(x);
+  expect_throw_with<ShapeError>([&] { wider.load_weights(file("model.weights.h5")); },
+                                "'layers/dense/vars/0' in '" + file("model.weights.h5") +
+                                    "' has shape (5, 6) but variable '");
+  EXPECT_EQ(values_of(wider(x)), values_of(before));
+
+  Sequential deeper({layers::Dense(6, "relu"), layers::BatchNormalization(), layers::Dense(3), layers::Dense(1)});
+  deeper(x);
+  expect_throw_with<ValueError>([&] { deeper.load_weights(file("model.weights.h5")); },
+                                "has no group 'layers/dense_2/vars'");
+  Sequential shallower({layers::Dense(6, "relu"), layers::BatchNormalization()});
+  shallower(x);
+  expect_throw_with<ValueError>([&] { shallower.load_weights(file("model.weights.h5")); },
+                                "has weight 'layers/dense_1/vars/0', for which model");
+  Sequential no_center({layers::Dense(6, "relu"),
+                        layers::BatchNormalization(layers::BatchNormalizationOptions{.center = false}),
+                        layers::Dense(3)});
+  no_center(x);
+  expect_throw_with<ValueError>([&] { no_center.load_weights(file("model.weights.h5")); },
+                                "holds 4 weights, but 'layers/batch_normalization'");
+  expect_throw_with<ValueError>([&] { model.save_weights(file("model.h5")); }, "'.weights.h5'");
+}
+
+TEST_F(KerasWeightsFileTest, OptimizerOfAnotherKindIsSkippedWithTheWeightsLoaded) {
+  testing::Blobs data = testing::make_blobs(32, 5);
+  Sequential model = small_mlp();
+  model.compile(optimizers::Adam(), losses::SparseCategoricalCrossentropy(true));
+  model.fit(data.x, data.y, {.batch_size = 32, .epochs = 1, .verbose = 0});
+  model.save_weights(file("adam.weights.h5"));
+  Sequential sgd = small_mlp();
+  sgd.compile(optimizers::SGD(0.1, 0.9), losses::SparseCategoricalCrossentropy(true));
+  sgd.fit(data.x, data.y, {.batch_size = 32, .epochs = 1, .verbose = 0});
+  sgd.load_weights(file("adam.weights.h5"));  // warns, as Keras does
+  EXPECT_EQ(values_of(sgd(data.x)), values_of(model(data.x)));
+  EXPECT_EQ(sgd.optimizer().iterations(), 1);
+  // Uncompiled: the optimizer's part is ignored.
+  Sequential plain = small_mlp();
+  plain(data.x);
+  plain.load_weights(file("adam.weights.h5"));
+  EXPECT_EQ(values_of(plain(data.x)), values_of(model(data.x)));
+}
+
+// Files made by hand with libhdf5, as a damaged or hostile file would be.
+class HostileWeightsFile : public KerasWeightsFileTest {
+ protected:
+  // The small MLP's file, with `edit` applied to the open file before it is closed.
+  template <typename Edit>
+  std::string make(const std::string& name, Edit edit) {
+    Sequential model({layers::Dense(2)});
+    model(testing::random_tensor({1, 3}, 1, float32));
+    std::string path = file(name);
+    model.save_weights(path);
+    hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    EXPECT_GE(id, 0);
+    edit(id);
+    H5Fclose(id);
+    return path;
+  }
+  Sequential target() {
+    Sequential model({layers::Dense(2)});
+    model(testing::random_tensor({1, 3}, 1, float32));
+    return model;
+  }
+};
+
+TEST_F(HostileWeightsFile, DamagedFilesAreTypedErrors) {
+  Sequential model = target();
+  std::string good = file("good.weights.h5");
+  model.save_weights(good);
+  std::uintmax_t size = std::filesystem::file_size(good);
+  for (std::uintmax_t keep : {std::uintmax_t{0}, std::uintmax_t{8}, size / 2, size - 16}) {
+    std::string cut = file("cut_" + std::to_string(keep) + ".weights.h5");
+    std::filesystem::copy_file(good, cut);
+    std::filesystem::resize_file(cut, keep);
+    EXPECT_THROW(model.load_weights(cut), FileFormatError) << keep << " of " << size << " bytes";
+  }
+  {
+    std::ofstream text(file("text.weights.h5"));
+    text << "this is not HDF5";
+  }
+  expect_throw_with<FileFormatError>([&] { model.load_weights(file("text.weights.h5")); },
+                                     "is not an HDF5 file");
+  expect_throw_with<FileNotFoundError>([&] { model.load_weights(file("absent.weights.h5")); },
+                                       "no such file");
+  // Bytes flipped in the middle (the data and the object headers of a small file).
+  std::string flipped = file("flipped.weights.h5");
+  std::filesystem::copy_file(good, flipped);
+  {
+    std::fstream bytes(flipped, std::ios::in | std::ios::out | std::ios::binary);
+    for (std::uintmax_t at = 512; at < size; at += 97) {
+      bytes.seekp(static_cast<std::streamoff>(at));
+      bytes.put('\xff');
+    }
+  }
+  try {
+    model.load_weights(flipped);
+  } catch (const Error&) {
+    // Any typed error; a flipped byte in the data alone may also load, changed.
+  }
+}
+
+TEST_F(HostileWeightsFile, LyingShapesAndTypesAreRefusedBeforeReading) {
+  Sequential model = target();
+  Tensor before = model(Tensor::ones({1, 3}));
+  // A kernel that claims 2^40 x 2 floats (never allocated: storage comes on write).
+  std::string huge = make("huge.weights.h5", [](hid_t id) {
+    H5Ldelete(id, "layers/dense/vars/0", H5P_DEFAULT);
+    hsize_t dims[2] = {hsize_t{1} << 40, 2};
+    hid_t space = H5Screate_simple(2, dims, nullptr);
+    hid_t dataset = H5Dcreate2(id, "layers/dense/vars/0", H5T_IEEE_F32LE, space, H5P_DEFAULT,
+                               H5P_DEFAULT, H5P_DEFAULT);
+    H5Dclose(dataset);
+    H5Sclose(space);
+  });
+  expect_throw_with<ShapeError>([&] { model.load_weights(huge); }, "has shape (1099511627776, 2)");
+  // Integers where the kernel's floats should be.
+  std::string integers = make("integers.weights.h5", [](hid_t id) {
+    H5Ldelete(id, "layers/dense/vars/0", H5P_DEFAULT);
+    hsize_t dims[2] = {3, 2};
+    hid_t space = H5Screate_simple(2, dims, nullptr);
+    hid_t dataset = H5Dcreate2(id, "layers/dense/vars/0", H5T_STD_I32LE, space, H5P_DEFAULT,
+                               H5P_DEFAULT, H5P_DEFAULT);
+    H5Dclose(dataset);
+    H5Sclose(space);
+  });
+  expect_throw_with<DTypeError>([&] { model.load_weights(integers); }, "holds integers");
+  // A string where a weight should be.
+  std::string strings = make("strings.weights.h5", [](hid_t id) {
+    H5Ldelete(id, "layers/dense/vars/1", H5P_DEFAULT);
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, 4);
+    hsize_t dims[1] = {2};
+    hid_t space = H5Screate_simple(1, dims, nullptr);
+    hid_t dataset = H5Dcreate2(id, "layers/dense/vars/1", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dclose(dataset);
+    H5Sclose(space);
+    H5Tclose(type);
+  });
+  expect_throw_with<FileFormatError>([&] { model.load_weights(strings); }, "neither floats nor integers");
+  // A group linked into itself (a cycle) and nesting beyond any model.
+  std::string cycle = make("cycle.weights.h5", [](hid_t id) {
+    H5Lcreate_hard(id, "layers", id, "layers/dense/loop", H5P_DEFAULT, H5P_DEFAULT);
+  });
+  expect_throw_with<FileFormatError>([&] { model.load_weights(cycle); }, "nests groups deeper than");
+  EXPECT_EQ(values_of(model(Tensor::ones({1, 3}))), values_of(before));
+}
+
+}  // namespace
+}  // namespace keras
