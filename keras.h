@@ -28,6 +28,8 @@
 #include "layers/multi_head_attention.h"
 #include "layers/prelu.h"
 #include "training/model.h"
+#include "saving/keras_archive.h"
+#include "saving/layer_registry.h"
 #include "distribution/runtime/communicator.h"
 #include "distribution/api/device_mesh.h"
 #include "distribution/api/distribution.h"

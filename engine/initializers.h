@@ -31,6 +31,7 @@ class Constant : public Initializer {
   explicit Constant(double value) : value_(value) {}
   Tensor block(const Shape&, const Shape&, const Shape& block_shape, DType dtype) const override;
   std::string name() const override { return "constant"; }
+  double value() const { return value_; }
 
  private:
   double value_;
@@ -58,6 +59,8 @@ class RandomUniform : public RandomInitializer {
   Tensor block(const Shape& full_shape, const Shape& starts, const Shape& block_shape,
                DType dtype) const override;
   std::string name() const override { return "random_uniform"; }
+  double minval() const { return minval_; }
+  double maxval() const { return maxval_; }
 
  private:
   double minval_, maxval_;
@@ -70,6 +73,8 @@ class RandomNormal : public RandomInitializer {
   Tensor block(const Shape& full_shape, const Shape& starts, const Shape& block_shape,
                DType dtype) const override;
   std::string name() const override { return "random_normal"; }
+  double mean() const { return mean_; }
+  double stddev() const { return stddev_; }
 
  private:
   double mean_, stddev_;
@@ -84,6 +89,9 @@ class VarianceScaling : public RandomInitializer {
   Tensor block(const Shape& full_shape, const Shape& starts, const Shape& block_shape,
                DType dtype) const override;
   std::string name() const override { return name_; }
+  double scale() const { return scale_; }
+  const std::string& mode() const { return mode_; }
+  const std::string& distribution() const { return distribution_; }
 
  private:
   double scale_;

@@ -1,6 +1,8 @@
 // Activation, Dropout, Flatten, Reshape, Embedding, LayerNormalization.
 #include "layers/basic_layers.h"
 
+#include "layers/layer_config.h"
+
 #include "engine/errors.h"
 #include "engine/ops.h"
 
@@ -8,7 +10,7 @@ namespace keras::layers {
 
 Activation::Activation(const std::string& activation, const std::string& name)
     : LayerOf("activation", name), activation_(activations::get(activation)),
-      elementwise_(activations::is_elementwise(activation)) {}
+      activation_name_(activation), elementwise_(activations::is_elementwise(activation)) {}
 
 Tensor Activation::call(const Tensor& inputs, bool) { return activation_(inputs); }
 
@@ -236,6 +238,193 @@ Tensor PositionEmbedding::call(const Tensor& inputs, bool) {
   const std::int64_t length = inputs.dim(inputs.rank() - 2);
   Tensor positions = ops::slice(embeddings_, {0, 0}, {length, embeddings_.dim(1)});
   return ops::broadcast_to(positions, inputs.shape());
+}
+
+
+nlohmann::json Activation::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["activation"] = config_json::activation(activation_name_);
+  return config;
+}
+
+LayerPtr Activation::from_config(LayerConfig& config) {
+  std::string name = config.name();
+  return std::make_shared<Activation>(config.activation("activation"), name);
+}
+
+
+nlohmann::json ReLU::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["max_value"] = options_.max_value ? nlohmann::json(*options_.max_value) : nlohmann::json();
+  config["negative_slope"] = options_.negative_slope;
+  config["threshold"] = options_.threshold;
+  return config;
+}
+
+LayerPtr ReLU::from_config(LayerConfig& config) {
+  ReLUOptions options;
+  options.name = config.name();
+  if (std::optional<nlohmann::json> max_value = config.take("max_value")) {
+    if (!max_value->is_number()) config.malformed("max_value", "a number or null");
+    options.max_value = max_value->get<double>();
+  }
+  options.negative_slope = config.number("negative_slope", 0.0);
+  options.threshold = config.number("threshold", 0.0);
+  return std::make_shared<ReLU>(options);
+}
+
+
+nlohmann::json Rescaling::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["scale"] = scale_;
+  config["offset"] = offset_;
+  return config;
+}
+
+LayerPtr Rescaling::from_config(LayerConfig& config) {
+  std::string name = config.name();
+  double scale = config.number("scale");
+  return std::make_shared<Rescaling>(scale, config.number("offset", 0.0), name);
+}
+
+
+nlohmann::json Softmax::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["axis"] = axis_;
+  return config;
+}
+
+LayerPtr Softmax::from_config(LayerConfig& config) {
+  std::string name = config.name();
+  std::vector<std::int64_t> axis = config.integers("axis", std::vector<std::int64_t>{-1});
+  if (axis.size() != 1) config.unsupported("axis", "names several axes; keras-cpp's Softmax takes one");
+  return std::make_shared<Softmax>(axis[0], name);
+}
+
+
+nlohmann::json Dropout::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["rate"] = rate_;
+  // Null, as Keras writes an unseeded Dropout's: our 64-bit seed (drawn when none was given) is
+  // not one JAX's keys take, and a saved model is for inference or training afresh.
+  config["seed"] = nullptr;
+  config["noise_shape"] = nullptr;
+  return config;
+}
+
+LayerPtr Dropout::from_config(LayerConfig& config) {
+  std::string name = config.name();
+  double rate = config.number("rate");
+  std::optional<std::uint64_t> seed;
+  if (std::optional<nlohmann::json> given = config.take("seed")) {
+    if (!given->is_number_unsigned()) config.malformed("seed", "an integer (0 or more) or null");
+    seed = given->get<std::uint64_t>();
+  }
+  config.only("noise_shape");
+  return std::make_shared<Dropout>(rate, seed, name);
+}
+
+
+nlohmann::json Flatten::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["data_format"] = "channels_last";
+  return config;
+}
+
+LayerPtr Flatten::from_config(LayerConfig& config) {
+  std::string name = config.name();
+  config.only("data_format", {"channels_last"});
+  return std::make_shared<Flatten>(name);
+}
+
+
+nlohmann::json Reshape::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["target_shape"] = target_shape_;
+  return config;
+}
+
+LayerPtr Reshape::from_config(LayerConfig& config) {
+  std::string name = config.name();
+  std::vector<std::int64_t> target = config.integers("target_shape");
+  return std::make_shared<Reshape>(Shape(target.begin(), target.end()), name);
+}
+
+
+nlohmann::json Embedding::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["input_dim"] = input_dim_;
+  config["output_dim"] = output_dim_;
+  config["embeddings_initializer"] = config_json::initializer(initializer_, "random_uniform");
+  for (const char* key : {"embeddings_regularizer", "activity_regularizer", "embeddings_constraint"}) config[key] = nullptr;
+  config["mask_zero"] = false;
+  return config;
+}
+
+LayerPtr Embedding::from_config(LayerConfig& config) {
+  std::string name = config.name();
+  std::int64_t input_dim = config.integer("input_dim");
+  std::int64_t output_dim = config.integer("output_dim");
+  initializers::InitializerPtr initializer = config.initializer("embeddings_initializer");
+  for (const char* key : {"embeddings_regularizer", "activity_regularizer", "embeddings_constraint", "quantization_config", "lora_rank", "lora_alpha", "input_length", "sparse"}) config.only(key);
+  config.only("mask_zero", {false});
+  return std::make_shared<Embedding>(input_dim, output_dim, initializer, name);
+}
+
+
+namespace {
+// An initializer field keras-cpp supports only at Keras' default for the layer.
+void only_initializer(LayerConfig& config, const char* key, const char* expected) {
+  std::optional<nlohmann::json> given = config.take(key);
+  if (!given) return;
+  std::string name = given->is_string() ? given->get<std::string>()
+                     : given->is_object() && given->value("class_name", nlohmann::json()).is_string()
+                         ? to_snake_case((*given)["class_name"].get<std::string>())
+                         : std::string();
+  if (name != expected) config.unsupported(key, str("must be '", expected, "' here (keras-cpp's ", config.class_name(), " starts its weights so)"));
+}
+}  // namespace
+
+nlohmann::json LayerNormalization::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["axis"] = -1;
+  config["epsilon"] = epsilon_;
+  config["center"] = center_;
+  config["scale"] = scale_;
+  config["rms_scaling"] = false;
+  config["beta_initializer"] = config_json::initializer(nullptr, "zeros");
+  config["gamma_initializer"] = config_json::initializer(nullptr, "ones");
+  for (const char* key : {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"}) config[key] = nullptr;
+  return config;
+}
+
+LayerPtr LayerNormalization::from_config(LayerConfig& config) {
+  std::string name = config.name();
+  std::vector<std::int64_t> axis = config.integers("axis", std::vector<std::int64_t>{-1});
+  if (axis != std::vector<std::int64_t>{-1}) config.unsupported("axis", "must be -1 (the last axis) in keras-cpp");
+  double epsilon = config.number("epsilon", 1e-3);
+  bool center = config.boolean("center", true);
+  bool scale = config.boolean("scale", true);
+  config.only("rms_scaling", {false});
+  only_initializer(config, "beta_initializer", "zeros");
+  only_initializer(config, "gamma_initializer", "ones");
+  for (const char* key : {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"}) config.only(key);
+  return std::make_shared<LayerNormalization>(epsilon, center, scale, name);
+}
+
+
+nlohmann::json RMSNormalization::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["axis"] = -1;
+  config["epsilon"] = epsilon_;
+  return config;
+}
+
+LayerPtr RMSNormalization::from_config(LayerConfig& config) {
+  std::string name = config.name();
+  std::vector<std::int64_t> axis = config.integers("axis", std::vector<std::int64_t>{-1});
+  if (axis != std::vector<std::int64_t>{-1}) config.unsupported("axis", "must be -1 (the last axis) in keras-cpp");
+  return std::make_shared<RMSNormalization>(config.number("epsilon", 1e-6), name);
 }
 
 }  // namespace keras::layers

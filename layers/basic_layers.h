@@ -13,12 +13,15 @@ namespace keras::layers {
 
 class Activation : public LayerOf<Activation> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit Activation(const std::string& activation, const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
   // Element-wise activations keep a sharded input as it is; softmax gets the data layout.
 
  private:
   activations::ActivationFn activation_;
+  std::string activation_name_;
   bool elementwise_;
 };
 
@@ -33,6 +36,8 @@ struct ReLUOptions {
 
 class ReLU : public LayerOf<ReLU> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit ReLU(ReLUOptions options = {});
   Tensor call(const Tensor& inputs, bool training) override;
   std::string class_name() const override { return "ReLU"; }
@@ -44,6 +49,8 @@ class ReLU : public LayerOf<ReLU> {
 // keras.layers.Rescaling: x * scale + offset (images' 0..255 to 0..1 with scale 1 / 255).
 class Rescaling : public LayerOf<Rescaling> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit Rescaling(double scale, double offset = 0.0, const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
 
@@ -56,6 +63,8 @@ class Rescaling : public LayerOf<Rescaling> {
 // after it, so that a fully masked line is zeros rather than uniform.
 class Softmax : public LayerOf<Softmax> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit Softmax(std::int64_t axis = -1, const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
   Tensor operator()(const Tensor& inputs, const Tensor& mask);
@@ -70,6 +79,8 @@ class Softmax : public LayerOf<Softmax> {
 // 1 / (1 - rate); the identity in inference.
 class Dropout : public LayerOf<Dropout> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit Dropout(double rate, std::optional<std::uint64_t> seed = std::nullopt,
                    const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
@@ -85,6 +96,8 @@ class Dropout : public LayerOf<Dropout> {
 // (batch, d1, d2, …) -> (batch, d1*d2*…).
 class Flatten : public LayerOf<Flatten> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit Flatten(const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
 };
@@ -92,6 +105,8 @@ class Flatten : public LayerOf<Flatten> {
 // (batch, …) -> (batch, *target_shape); one target dimension may be -1.
 class Reshape : public LayerOf<Reshape> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit Reshape(Shape target_shape, const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
 
@@ -105,6 +120,8 @@ class Reshape : public LayerOf<Reshape> {
 // process returns its columns of every row, and the output stays sharded on its last axis.
 class Embedding : public LayerOf<Embedding> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   Embedding(std::int64_t input_dim, std::int64_t output_dim,
             initializers::InitializerPtr embeddings_initializer = nullptr,
             const std::string& name = "");
@@ -125,6 +142,8 @@ class Embedding : public LayerOf<Embedding> {
 // blocks.
 class LayerNormalization : public LayerOf<LayerNormalization> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit LayerNormalization(double epsilon = 1e-3, bool center = true, bool scale = true,
                               const std::string& name = "");
   void build(const Shape& input_shape) override;
@@ -159,6 +178,8 @@ class PositionEmbedding : public LayerOf<PositionEmbedding> {
 // gathered to the data layout (no sharding rule of its own yet).
 class RMSNormalization : public LayerOf<RMSNormalization> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit RMSNormalization(double epsilon = 1e-6, const std::string& name = "");
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& inputs, bool training) override;

@@ -1,6 +1,8 @@
 // BatchNormalization (see the header).
 #include "layers/batch_normalization.h"
 
+#include "layers/layer_config.h"
+
 #include "engine/errors.h"
 #include "engine/ops.h"
 
@@ -86,6 +88,44 @@ Tensor BatchNormalization::call(const Tensor& inputs_in, bool training) {
     moving_variance_.assign(moving_variance_ * momentum + batch_variance.detach() * (1.0 - momentum));
   }
   return normalize(inputs, mean, variance);
+}
+
+
+nlohmann::json BatchNormalization::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["axis"] = options_.axis;
+  config["momentum"] = options_.momentum;
+  config["epsilon"] = options_.epsilon;
+  config["center"] = options_.center;
+  config["scale"] = options_.scale;
+  config["beta_initializer"] = config_json::initializer(options_.beta_initializer, "zeros");
+  config["gamma_initializer"] = config_json::initializer(options_.gamma_initializer, "ones");
+  config["moving_mean_initializer"] = config_json::initializer(options_.moving_mean_initializer, "zeros");
+  config["moving_variance_initializer"] = config_json::initializer(options_.moving_variance_initializer, "ones");
+  for (const char* key : {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"}) config[key] = nullptr;
+  config["synchronized"] = options_.synchronized;
+  return config;
+}
+
+LayerPtr BatchNormalization::from_config(LayerConfig& config) {
+  BatchNormalizationOptions options;
+  options.name = config.name();
+  std::vector<std::int64_t> axis = config.integers("axis", std::vector<std::int64_t>{-1});
+  if (axis.size() != 1) config.unsupported("axis", "names several axes; keras-cpp normalises over one");
+  options.axis = axis[0];
+  options.momentum = config.number("momentum", 0.99);
+  options.epsilon = config.number("epsilon", 1e-3);
+  options.center = config.boolean("center", true);
+  options.scale = config.boolean("scale", true);
+  options.synchronized = config.boolean("synchronized", false);
+  options.beta_initializer = config.initializer("beta_initializer");
+  options.gamma_initializer = config.initializer("gamma_initializer");
+  options.moving_mean_initializer = config.initializer("moving_mean_initializer");
+  options.moving_variance_initializer = config.initializer("moving_variance_initializer");
+  for (const char* key : {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint", "renorm_clipping"}) config.only(key);
+  config.only("renorm", {false});
+  config.number("renorm_momentum", 0.99);  // used by renorm only, which is refused above
+  return std::make_shared<BatchNormalization>(options);
 }
 
 }  // namespace keras::layers

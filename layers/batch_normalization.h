@@ -37,6 +37,8 @@ struct BatchNormalizationOptions {
 
 class BatchNormalization : public LayerOf<BatchNormalization> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit BatchNormalization(BatchNormalizationOptions options = {});
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& inputs, bool training) override;

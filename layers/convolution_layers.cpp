@@ -1,6 +1,8 @@
 // Conv2D and the pooling layers (see the header).
 #include "layers/convolution_layers.h"
 
+#include "layers/layer_config.h"
+
 #include <cctype>
 
 #include "engine/errors.h"
@@ -118,6 +120,102 @@ Tensor GlobalAveragePooling2D::call(const Tensor& inputs, bool) {
                          "channels), got shape ", shape_to_string(inputs.shape())));
   }
   return ops::mean(inputs, {1, 2}, keepdims_);
+}
+
+
+namespace {
+nlohmann::json pair_of(const std::vector<std::int64_t>& values) {
+  return values.size() == 1 ? nlohmann::json{values[0], values[0]} : nlohmann::json(values);
+}
+}  // namespace
+
+nlohmann::json Conv2D::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["filters"] = filters_;
+  config["kernel_size"] = pair_of(kernel_size_);
+  config["strides"] = pair_of(options_.strides);
+  config["padding"] = options_.padding;
+  config["data_format"] = options_.data_format;
+  config["dilation_rate"] = pair_of(options_.dilation_rate);
+  config["groups"] = options_.groups;
+  config["activation"] = config_json::activation(options_.activation);
+  config["use_bias"] = options_.use_bias;
+  config["kernel_initializer"] = config_json::initializer(options_.kernel_initializer, "glorot_uniform");
+  config["bias_initializer"] = config_json::initializer(options_.bias_initializer, "zeros");
+  for (const char* key : {"kernel_regularizer", "bias_regularizer", "kernel_constraint", "bias_constraint", "activity_regularizer"}) config[key] = nullptr;
+  return config;
+}
+
+LayerPtr Conv2D::from_config(LayerConfig& config) {
+  Conv2DOptions options;
+  options.name = config.name();
+  std::int64_t filters = config.integer("filters");
+  std::vector<std::int64_t> kernel_size = config.integers("kernel_size");
+  options.strides = config.integers("strides", std::vector<std::int64_t>{1});
+  options.padding = config.string("padding", "valid");
+  options.data_format = config.string("data_format", "channels_last");
+  options.dilation_rate = config.integers("dilation_rate", std::vector<std::int64_t>{1});
+  options.groups = config.integer("groups", 1);
+  options.activation = config.activation("activation");
+  options.use_bias = config.boolean("use_bias", true);
+  options.kernel_initializer = config.initializer("kernel_initializer");
+  options.bias_initializer = config.initializer("bias_initializer");
+  for (const char* key : {"kernel_regularizer", "bias_regularizer", "kernel_constraint", "bias_constraint", "activity_regularizer"}) config.only(key);
+  return std::make_shared<Conv2D>(filters, kernel_size, options);
+}
+
+
+nlohmann::json MaxPooling2D::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["pool_size"] = pair_of(pool_size_);
+  config["padding"] = options_.padding;
+  config["strides"] = pair_of(options_.strides.empty() ? pool_size_ : options_.strides);
+  config["data_format"] = options_.data_format;
+  return config;
+}
+
+LayerPtr MaxPooling2D::from_config(LayerConfig& config) {
+  Pooling2DOptions options;
+  options.name = config.name();
+  std::vector<std::int64_t> pool_size = config.integers("pool_size", std::vector<std::int64_t>{2, 2});
+  options.padding = config.string("padding", "valid");
+  options.strides = config.integers("strides", std::vector<std::int64_t>{});
+  options.data_format = config.string("data_format", "channels_last");
+  return std::make_shared<MaxPooling2D>(pool_size, options);
+}
+
+
+nlohmann::json AveragePooling2D::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["pool_size"] = pair_of(pool_size_);
+  config["padding"] = options_.padding;
+  config["strides"] = pair_of(options_.strides.empty() ? pool_size_ : options_.strides);
+  config["data_format"] = options_.data_format;
+  return config;
+}
+
+LayerPtr AveragePooling2D::from_config(LayerConfig& config) {
+  Pooling2DOptions options;
+  options.name = config.name();
+  std::vector<std::int64_t> pool_size = config.integers("pool_size", std::vector<std::int64_t>{2, 2});
+  options.padding = config.string("padding", "valid");
+  options.strides = config.integers("strides", std::vector<std::int64_t>{});
+  options.data_format = config.string("data_format", "channels_last");
+  return std::make_shared<AveragePooling2D>(pool_size, options);
+}
+
+
+nlohmann::json GlobalAveragePooling2D::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["data_format"] = "channels_last";
+  config["keepdims"] = keepdims_;
+  return config;
+}
+
+LayerPtr GlobalAveragePooling2D::from_config(LayerConfig& config) {
+  std::string name = config.name();
+  std::string data_format = config.string("data_format", "channels_last");
+  return std::make_shared<GlobalAveragePooling2D>(config.boolean("keepdims", false), data_format, name);
 }
 
 }  // namespace keras::layers

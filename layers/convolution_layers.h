@@ -31,6 +31,8 @@ struct Conv2DOptions {
 
 class Conv2D : public LayerOf<Conv2D> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   Conv2D(std::int64_t filters, std::vector<std::int64_t> kernel_size, Conv2DOptions options = {});
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& inputs, bool training) override;
@@ -57,6 +59,8 @@ struct Pooling2DOptions {
 
 class MaxPooling2D : public LayerOf<MaxPooling2D> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit MaxPooling2D(std::vector<std::int64_t> pool_size = {2, 2}, Pooling2DOptions options = {});
   Tensor call(const Tensor& inputs, bool training) override;
   std::string class_name() const override { return "MaxPooling2D"; }
@@ -68,6 +72,8 @@ class MaxPooling2D : public LayerOf<MaxPooling2D> {
 
 class AveragePooling2D : public LayerOf<AveragePooling2D> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit AveragePooling2D(std::vector<std::int64_t> pool_size = {2, 2}, Pooling2DOptions options = {});
   Tensor call(const Tensor& inputs, bool training) override;
   std::string class_name() const override { return "AveragePooling2D"; }
@@ -81,6 +87,8 @@ class AveragePooling2D : public LayerOf<AveragePooling2D> {
 // keepdims.
 class GlobalAveragePooling2D : public LayerOf<GlobalAveragePooling2D> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit GlobalAveragePooling2D(bool keepdims = false, const std::string& data_format = "channels_last",
                                   const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;

@@ -1,6 +1,8 @@
 // Dense layer.
 #include "layers/dense.h"
 
+#include "layers/layer_config.h"
+
 #include "engine/errors.h"
 #include "engine/ops.h"
 
@@ -34,6 +36,30 @@ Tensor Dense::call(const Tensor& inputs, bool) {
                                kernel_);
   if (bias_.defined()) outputs = outputs + bias_;
   return activation_(outputs);
+}
+
+
+nlohmann::json Dense::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["units"] = units_;
+  config["activation"] = config_json::activation(activation_name_);
+  config["use_bias"] = options_.use_bias;
+  config["kernel_initializer"] = config_json::initializer(options_.kernel_initializer, "glorot_uniform");
+  config["bias_initializer"] = config_json::initializer(options_.bias_initializer, "zeros");
+  for (const char* key : {"kernel_regularizer", "bias_regularizer", "kernel_constraint", "bias_constraint"}) config[key] = nullptr;
+  return config;
+}
+
+LayerPtr Dense::from_config(LayerConfig& config) {
+  DenseOptions options;
+  options.name = config.name();
+  std::int64_t units = config.integer("units");
+  std::string activation = config.activation("activation");
+  options.use_bias = config.boolean("use_bias", true);
+  options.kernel_initializer = config.initializer("kernel_initializer");
+  options.bias_initializer = config.initializer("bias_initializer");
+  for (const char* key : {"kernel_regularizer", "bias_regularizer", "kernel_constraint", "bias_constraint", "activity_regularizer", "quantization_config", "lora_rank", "lora_alpha"}) config.only(key);
+  return std::make_shared<Dense>(units, activation, options);
 }
 
 }  // namespace keras::layers

@@ -17,6 +17,8 @@ struct DenseOptions {
 
 class Dense : public LayerOf<Dense> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit Dense(std::int64_t units, const std::string& activation = "",
                  DenseOptions options = {});
   void build(const Shape& input_shape) override;

@@ -2,6 +2,8 @@
 // shapes from the first input, the product an einsum whose sharding the contraction rule follows.
 #include "layers/einsum_dense.h"
 
+#include "layers/layer_config.h"
+
 #include <algorithm>
 
 #include "engine/errors.h"
@@ -175,6 +177,47 @@ Tensor EinsumDense::call(const Tensor& inputs_in, bool) {
   Tensor outputs = ops::einsum(terms.x + "," + terms.kernel + "->" + terms.output, inputs, kernel_);
   if (bias_.defined()) outputs = outputs + bias_;
   return activation_(outputs);
+}
+
+
+nlohmann::json EinsumDense::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  nlohmann::json shape = nlohmann::json::array();
+  for (std::int64_t dimension : output_shape_) shape.push_back(dimension < 0 ? nlohmann::json() : nlohmann::json(dimension));
+  config["output_shape"] = shape;
+  config["equation"] = equation_;
+  config["activation"] = config_json::activation(options_.activation);
+  config["bias_axes"] = options_.bias_axes.empty() ? nlohmann::json() : nlohmann::json(options_.bias_axes);
+  config["kernel_initializer"] = config_json::initializer(options_.kernel_initializer, "glorot_uniform");
+  config["bias_initializer"] = config_json::initializer(options_.bias_initializer, "zeros");
+  for (const char* key : {"kernel_regularizer", "bias_regularizer", "kernel_constraint", "bias_constraint"}) config[key] = nullptr;
+  return config;
+}
+
+LayerPtr EinsumDense::from_config(LayerConfig& config) {
+  EinsumDenseOptions options;
+  options.name = config.name();
+  std::string equation = config.string("equation");
+  Shape output_shape;
+  std::optional<nlohmann::json> shape = config.take("output_shape");
+  if (!shape) config.malformed("output_shape", "an integer or a list of integers and nulls");
+  if (shape->is_number_integer()) {
+    output_shape.push_back(shape->get<std::int64_t>());
+  } else if (shape->is_array() && shape->size() <= 64) {
+    for (const nlohmann::json& dimension : *shape) {
+      if (dimension.is_null()) output_shape.push_back(-1);
+      else if (dimension.is_number_integer() && dimension.get<std::int64_t>() > 0) output_shape.push_back(dimension.get<std::int64_t>());
+      else config.malformed("output_shape", "an integer or a list of positive integers and nulls");
+    }
+  } else {
+    config.malformed("output_shape", "an integer or a list of integers and nulls");
+  }
+  options.activation = config.activation("activation");
+  options.bias_axes = config.string("bias_axes", "");
+  options.kernel_initializer = config.initializer("kernel_initializer");
+  options.bias_initializer = config.initializer("bias_initializer");
+  for (const char* key : {"kernel_regularizer", "bias_regularizer", "kernel_constraint", "bias_constraint", "activity_regularizer", "quantization_config", "lora_rank", "lora_alpha"}) config.only(key);
+  return std::make_shared<EinsumDense>(equation, output_shape, options);
 }
 
 }  // namespace keras::layers

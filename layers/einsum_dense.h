@@ -22,6 +22,8 @@ struct EinsumDenseOptions {
 
 class EinsumDense : public LayerOf<EinsumDense> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   EinsumDense(std::string equation, Shape output_shape, EinsumDenseOptions options = {});
   void build(const Shape& input_shape) override;
   Tensor call(const Tensor& inputs, bool training) override;

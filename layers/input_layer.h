@@ -8,6 +8,8 @@ namespace keras::layers {
 
 class InputLayer : public LayerOf<InputLayer> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   InputLayer(Shape shape, DType dtype, const std::string& name = "");
   Tensor call(const Tensor& inputs, bool training) override;
   std::string class_name() const override { return "InputLayer"; }

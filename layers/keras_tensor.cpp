@@ -1,6 +1,8 @@
 // Symbolic tensors and the recording of layer calls (see the header).
 #include "layers/keras_tensor.h"
 
+#include "layers/layer_config.h"
+
 #include "engine/device.h"
 #include "engine/errors.h"
 #include "layers/input_layer.h"
@@ -115,5 +117,34 @@ std::vector<KerasTensor> record_layer_call(const LayerPtr& layer, const std::vec
   for (std::size_t i = 0; i < node->output_shapes.size(); ++i) results.emplace_back(node, i);
   return results;
 }
+
+
+namespace layers {
+
+nlohmann::json InputLayer::get_config() const {
+  nlohmann::json shape = nlohmann::json::array({nullptr});
+  for (std::int64_t dimension : shape_) shape.push_back(dimension);
+  return {{"batch_shape", shape}, {"dtype", dtype_name(dtype_)}, {"sparse", false},
+          {"ragged", false}, {"name", name()}, {"optional", false}};
+}
+
+LayerPtr InputLayer::from_config(LayerConfig& config) {
+  std::string name = config.name();
+  const char* key = config.take("batch_input_shape") ? "batch_input_shape" : "batch_shape";
+  std::vector<std::optional<std::int64_t>> batch_shape = config.shape(key);
+  if (batch_shape.empty()) config.malformed(key, "a shape whose first dimension is the batch's");
+  Shape shape;
+  for (std::size_t axis = 1; axis < batch_shape.size(); ++axis) {
+    if (!batch_shape[axis]) config.unsupported(key, "has an unknown dimension beyond the batch's; keras-cpp's inputs have fixed shapes");
+    shape.push_back(*batch_shape[axis]);
+  }
+  std::string dtype = config.string("dtype", "float32");
+  config.only("sparse", {false});
+  config.only("ragged", {false});
+  config.only("optional", {false});
+  return std::make_shared<InputLayer>(shape, dtype_from_name(dtype), name);
+}
+
+}  // namespace layers
 
 }  // namespace keras

@@ -1,6 +1,8 @@
 // Layer bookkeeping: names, paths, building, weights.
 #include "layers/layer.h"
 
+#include "layers/layer_config.h"
+
 #include <cctype>
 #include <map>
 #include <mutex>
@@ -134,8 +136,11 @@ Tensor Layer::operator()(const Tensor& inputs, bool training) {
   const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
   // The input as it lies: call() is written on whole tensors and its ops follow their rules.
   if (!built_) {
-    build(sharded ? sharded->logical_shape(inputs) : inputs.shape());
+    Shape shape = sharded ? sharded->logical_shape(inputs) : inputs.shape();
+    build(shape);
     built_ = true;
+    if (!shape.empty()) shape[0] = -1;
+    build_input_shape_ = shape;
   }
   if (!sharded) return place_output(call(inputs, training), sharded, nullptr);
   // Every op of call() on a sharded operand (this layer's sharded weights, a sharded activation)
@@ -283,6 +288,10 @@ std::vector<Variable*> Layer::variables() {
     for (Variable* variable : layer->variables()) result.push_back(variable);
   }
   return result;
+}
+
+nlohmann::json Layer::get_config() const {
+  return {{"name", name_}, {"trainable", trainable_}, {"dtype", config_json::float32_policy()}};
 }
 
 std::vector<Variable*> Layer::own_variables() {

@@ -5,6 +5,7 @@
 #include <concepts>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@ class TensorLayout;
 namespace keras {
 
 class Layer;
+class LayerConfig;
 using LayerPtr = std::shared_ptr<Layer>;
 
 // A weight of a layer. `value` is the tensor the ops use; its name() is the full path.
@@ -108,9 +110,17 @@ class Layer : public std::enable_shared_from_this<Layer> {
   const std::vector<LayerPtr>& layers() const { return sublayers_; }
   // Keras' class name for summaries ("Dense", "LayerNormalization"), from the name prefix.
   virtual std::string class_name() const;
+  // Keras' get_config(): what a .keras archive's config.json holds to make this layer again
+  // (layers/layer_config.h). The default writes name, trainable and dtype, the whole config of
+  // a layer without arguments; a layer with arguments adds them, and a class made from
+  // configs has a static from_config(LayerConfig&) beside it (saving/layer_registry.h).
+  virtual nlohmann::json get_config() const;
   // The output shape of the last call, batch dimension -1 (Keras' None), global under
   // ModelParallel; empty before the first call.
   const Shape& output_shape() const { return output_shape_; }
+  // The input shape it was built for by its first call on a tensor (batch dimension -1;
+  // Keras' build_config), global under ModelParallel; empty when built otherwise.
+  const Shape& build_input_shape() const { return build_input_shape_; }
 
  protected:
   // Creates a weight named `name` under this layer's path. This is the single place where
@@ -165,6 +175,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   std::string prefix_;
   std::string parent_path_;
   Shape output_shape_;
+  Shape build_input_shape_;
   bool built_ = false;
   std::size_t recorded_nodes_ = 0;
   bool trainable_ = true;

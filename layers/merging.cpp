@@ -1,6 +1,8 @@
 // The merging layers (see the header).
 #include "layers/merging.h"
 
+#include "layers/layer_config.h"
+
 #include <cstdint>
 
 #include "engine/errors.h"
@@ -152,6 +154,36 @@ Tensor Dot::merge(const std::vector<Tensor>& inputs) {
   Tensor result = ops::einsum(str(x_letters, ",", y_letters, "->", output), left, right);
   if (result.shape().size() == 1) result = ops::expand_dims(result, 1);
   return result;
+}
+
+
+LayerPtr Add::from_config(LayerConfig& config) { return std::make_shared<Add>(config.name()); }
+
+
+LayerPtr Subtract::from_config(LayerConfig& config) { return std::make_shared<Subtract>(config.name()); }
+
+
+LayerPtr Multiply::from_config(LayerConfig& config) { return std::make_shared<Multiply>(config.name()); }
+
+
+LayerPtr Average::from_config(LayerConfig& config) { return std::make_shared<Average>(config.name()); }
+
+
+LayerPtr Maximum::from_config(LayerConfig& config) { return std::make_shared<Maximum>(config.name()); }
+
+
+LayerPtr Minimum::from_config(LayerConfig& config) { return std::make_shared<Minimum>(config.name()); }
+
+
+nlohmann::json Concatenate::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["axis"] = axis_;
+  return config;
+}
+
+LayerPtr Concatenate::from_config(LayerConfig& config) {
+  std::string name = config.name();
+  return std::make_shared<Concatenate>(config.integer("axis", -1), name);
 }
 
 }  // namespace keras::layers

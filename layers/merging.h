@@ -33,6 +33,7 @@ class Merge : public Layer {
 // The sum of its inputs: add({x, y}).
 class Add : public LayerOf<Add, Merge> {
  public:
+  static LayerPtr from_config(LayerConfig& config);
   explicit Add(const std::string& name = "");
 
  protected:
@@ -42,6 +43,7 @@ class Add : public LayerOf<Add, Merge> {
 // inputs[0] - inputs[1]; exactly two inputs.
 class Subtract : public LayerOf<Subtract, Merge> {
  public:
+  static LayerPtr from_config(LayerConfig& config);
   explicit Subtract(const std::string& name = "");
 
  protected:
@@ -51,6 +53,7 @@ class Subtract : public LayerOf<Subtract, Merge> {
 
 class Multiply : public LayerOf<Multiply, Merge> {
  public:
+  static LayerPtr from_config(LayerConfig& config);
   explicit Multiply(const std::string& name = "");
 
  protected:
@@ -59,6 +62,7 @@ class Multiply : public LayerOf<Multiply, Merge> {
 
 class Average : public LayerOf<Average, Merge> {
  public:
+  static LayerPtr from_config(LayerConfig& config);
   explicit Average(const std::string& name = "");
 
  protected:
@@ -67,6 +71,7 @@ class Average : public LayerOf<Average, Merge> {
 
 class Maximum : public LayerOf<Maximum, Merge> {
  public:
+  static LayerPtr from_config(LayerConfig& config);
   explicit Maximum(const std::string& name = "");
 
  protected:
@@ -75,6 +80,7 @@ class Maximum : public LayerOf<Maximum, Merge> {
 
 class Minimum : public LayerOf<Minimum, Merge> {
  public:
+  static LayerPtr from_config(LayerConfig& config);
   explicit Minimum(const std::string& name = "");
 
  protected:
@@ -84,6 +90,8 @@ class Minimum : public LayerOf<Minimum, Merge> {
 // Joins its inputs along `axis` (default the last); every other dimension must agree.
 class Concatenate : public LayerOf<Concatenate, Merge> {
  public:
+  nlohmann::json get_config() const override;
+  static LayerPtr from_config(LayerConfig& config);
   explicit Concatenate(std::int64_t axis = -1, const std::string& name = "");
 
  protected:

@@ -2,6 +2,8 @@
 // rank 3, and its mask rules.
 #include "layers/multi_head_attention.h"
 
+#include "layers/layer_config.h"
+
 #include <cmath>
 
 #include "engine/errors.h"
@@ -168,6 +170,54 @@ Tensor dot_product_attention(Tensor query, Tensor key, Tensor value, const Tenso
   }
   if (dropout != nullptr) probabilities = (*dropout)(probabilities, training);
   return ops::einsum("acbe,aecd->abcd", probabilities, value);  // (B, T, N, Hv)
+}
+
+
+nlohmann::json MultiHeadAttention::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  config["num_heads"] = num_heads_;
+  config["key_dim"] = key_dim_;
+  config["value_dim"] = value_dim_;
+  config["dropout"] = options_.dropout;
+  config["use_bias"] = options_.use_bias;
+  config["output_shape"] = options_.output_shape > 0 ? nlohmann::json(options_.output_shape) : nlohmann::json();
+  config["attention_axes"] = nullptr;
+  config["kernel_initializer"] = config_json::initializer(options_.kernel_initializer, "glorot_uniform");
+  config["bias_initializer"] = config_json::initializer(options_.bias_initializer, "zeros");
+  for (const char* key : {"kernel_regularizer", "bias_regularizer", "kernel_constraint", "bias_constraint", "activity_regularizer"}) config[key] = nullptr;
+  config["seed"] = options_.seed && *options_.seed < (std::uint64_t{1} << 31) ? nlohmann::json(*options_.seed) : nlohmann::json();
+  return config;
+}
+
+LayerPtr MultiHeadAttention::from_config(LayerConfig& config) {
+  MultiHeadAttentionOptions options;
+  options.name = config.name();
+  std::int64_t num_heads = config.integer("num_heads");
+  std::int64_t key_dim = config.integer("key_dim");
+  options.value_dim = config.integer("value_dim", 0);
+  options.dropout = config.number("dropout", 0.0);
+  options.use_bias = config.boolean("use_bias", true);
+  if (std::optional<nlohmann::json> output_shape = config.take("output_shape")) {
+    if (output_shape->is_array() && output_shape->size() == 1) output_shape = (*output_shape)[0];
+    if (!output_shape->is_number_integer() || output_shape->get<std::int64_t>() <= 0) {
+      config.unsupported("output_shape", "must be one positive width (or null) in keras-cpp");
+    }
+    options.output_shape = output_shape->get<std::int64_t>();
+  }
+  // Attention over the sequence axis of (batch, sequence, features) inputs: Keras' default
+  // (null), which it writes as [1] once built.
+  config.only("attention_axes", {nlohmann::json::array({1}), 1});
+  config.only("use_gate", {false});
+  config.only("sliding_window");
+  config.only("flash_attention");
+  options.kernel_initializer = config.initializer("kernel_initializer");
+  options.bias_initializer = config.initializer("bias_initializer");
+  if (std::optional<nlohmann::json> seed = config.take("seed")) {
+    if (!seed->is_number_unsigned()) config.malformed("seed", "an integer (0 or more) or null");
+    options.seed = seed->get<std::uint64_t>();
+  }
+  for (const char* key : {"kernel_regularizer", "bias_regularizer", "kernel_constraint", "bias_constraint", "activity_regularizer"}) config.only(key);
+  return std::make_shared<MultiHeadAttention>(num_heads, key_dim, options);
 }
 
 }  // namespace keras::layers

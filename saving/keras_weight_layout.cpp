@@ -7,6 +7,7 @@
 
 #include "engine/errors.h"
 #include "engine/optimizers.h"
+#include "layers/layer_config.h"
 #include "training/functional.h"
 #include "training/model.h"
 
@@ -65,30 +66,6 @@ std::vector<WeightGroup> keras_weight_groups(Model& model) {
   std::vector<WeightGroup> groups;
   walk(model, "", groups);
   return groups;
-}
-
-std::string to_snake_case(const std::string& class_name) {
-  // Keras: drop non-word characters, then "_" before an upper-case letter that starts a
-  // lower-case run ("(.)([A-Z][a-z]+)") and between a lower-case letter and an upper-case one
-  // ("([a-z])([A-Z])"), then lower everything.
-  std::string word;
-  for (char c : class_name) {
-    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') word += c;
-  }
-  auto upper = [](char c) { return c >= 'A' && c <= 'Z'; };
-  auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
-  std::string first;
-  for (std::size_t i = 0; i < word.size(); ++i) {
-    if (i > 0 && upper(word[i]) && i + 1 < word.size() && lower(word[i + 1])) first += '_';
-    first += word[i];
-  }
-  std::string second;
-  for (std::size_t i = 0; i < first.size(); ++i) {
-    if (i > 0 && lower(first[i - 1]) && upper(first[i])) second += '_';
-    second += first[i];
-  }
-  for (char& c : second) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return second;
 }
 
 std::vector<OptimizerEntry> keras_optimizer_entries(const optimizers::Optimizer& optimizer,

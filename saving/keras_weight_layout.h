@@ -43,10 +43,6 @@ struct WeightGroup {
 // (the order does not matter to a reader: groups are found by path).
 std::vector<WeightGroup> keras_weight_groups(Model& model);
 
-// Keras' snake_case of a class name: "GlobalAveragePooling2D" -> "global_average_pooling2d",
-// "ReLU" -> "re_lu".
-std::string to_snake_case(const std::string& class_name);
-
 // The optimizer's variables as Keras orders them: iterations, learning_rate (absent under a
 // schedule), the moving averages (use_ema), the gradient sums (gradient_accumulation_steps),
 // then each kind of per-variable state in Keras' build order (Adam: momentum and velocity of

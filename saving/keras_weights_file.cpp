@@ -120,7 +120,7 @@ Tensor read_checked(const Group& vars, const std::string& index, const Shape& ex
 
 }  // namespace
 
-void save_keras_weights(Model& model, const std::string& path) {
+WeightsWritten save_keras_weights(Model& model, const std::string& path) {
   std::vector<WeightGroup> groups = keras_weight_groups(model);
   bool sharded = false;
   for (const WeightGroup& group : groups) {
@@ -194,9 +194,10 @@ void save_keras_weights(Model& model, const std::string& path) {
   });
   if (!gathered) {
     if (failure) std::rethrow_exception(failure);
-    return;
+    return {true, false};
   }
   distribution::agree_on_failure(failure, str("save_weights: writing '", path, "' (process 0 writes it)"));
+  return {writes, true};
 }
 
 namespace {

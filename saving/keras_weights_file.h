@@ -16,7 +16,11 @@ namespace saving {
 // learning_rate and per-variable state, as Keras does). Collective when a variable is sharded
 // or the optimizer's state is held by blocks (DataParallel during fit): then every process
 // calls it, process 0 writes, and all learn whether it succeeded.
-void save_keras_weights(Model& model, const std::string& path);
+struct WeightsWritten {
+  bool here;        // this process wrote the file
+  bool collective;  // every process took part (process 0 wrote)
+};
+WeightsWritten save_keras_weights(Model& model, const std::string& path);
 // Reads a file written by save_keras_weights or by Python Keras' save_weights. The
 // optimizer's part is read into a compiled model's optimizer when it has the same number of
 // tensors (its state made if it had none yet), and skipped with a warning otherwise, as Keras

@@ -4,6 +4,7 @@
 // with two inputs and a small transformer block; with Adam's state where Keras saved it. No
 // Python runs here; tests/interop/check_keras_files.py checks the other direction.
 #include <cmath>
+#include <cstdio>
 
 #include "io/hdf5_file.h"
 #include "tests/keras_file_models.h"
@@ -67,6 +68,34 @@ TEST_P(KerasFilesTest, WeightsSavedByKerasPredictAsKeras) {
   if (name != "convnet") {
     EXPECT_FALSE(model->optimizer().slots_of(model->trainable_weights()[0]).empty());
   }
+}
+
+TEST_P(KerasFilesTest, ArchivesSavedByKerasLoadAndPredictAsKeras) {
+  const std::string& name = GetParam();
+  KerasAnswer answer = answer_of(name);
+  std::shared_ptr<Model> model = load_model(reference(name + ".keras"));
+  EXPECT_LE(largest_difference(predict(*model, answer.inputs)[0], answer.predictions), 1e-6);
+  // Keras saved it compiled with Adam(0.01) and mse: compiled so here, with Adam's state.
+  ASSERT_TRUE(model->compiled());
+  EXPECT_EQ(model->optimizer().iterations(), name == "convnet" ? 0 : 2);
+  EXPECT_NEAR(model->optimizer().learning_rate(), 0.01, 1e-9);
+  // The same model as ours, layer for layer: the weights file of one loads into the other.
+  std::shared_ptr<Model> ours = testing::make_keras_file_model(name);
+  EXPECT_EQ(ours->count_params(), model->count_params());
+}
+
+TEST_P(KerasFilesTest, ArchivesSavedHereLoadHere) {
+  const std::string& name = GetParam();
+  KerasAnswer answer = answer_of(name);
+  std::shared_ptr<Model> model = testing::make_keras_file_model(name);
+  model->load_weights(reference(name + ".weights.h5"));
+  std::string path = ::testing::TempDir() + "keras_files_test_" + name + ".keras";
+  model->save(path);
+  std::shared_ptr<Model> loaded = load_model(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(predict(*loaded, answer.inputs)[0].to_vector<double>(),
+            predict(*model, answer.inputs)[0].to_vector<double>());
+  EXPECT_FALSE(loaded->compiled());  // saved uncompiled
 }
 
 INSTANTIATE_TEST_SUITE_P(KerasModels, KerasFilesTest, ::testing::ValuesIn(testing::kKerasFileModels),

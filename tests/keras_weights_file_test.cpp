@@ -11,7 +11,7 @@
 
 #include "io/hdf5_file.h"
 #include "keras.h"
-#include "saving/keras_weight_layout.h"
+#include "layers/layer_config.h"
 #include "tests/test_helpers.h"
 
 namespace keras {
@@ -40,13 +40,13 @@ Sequential small_mlp() {
 std::vector<double> values_of(const Tensor& tensor) { return tensor.to_vector<double>(); }
 
 TEST_F(KerasWeightsFileTest, SnakeCaseFollowsKeras) {
-  EXPECT_EQ(saving::to_snake_case("GlobalAveragePooling2D"), "global_average_pooling2d");
-  EXPECT_EQ(saving::to_snake_case("ReLU"), "re_lu");
-  EXPECT_EQ(saving::to_snake_case("Conv2D"), "conv2d");
-  EXPECT_EQ(saving::to_snake_case("MultiHeadAttention"), "multi_head_attention");
-  EXPECT_EQ(saving::to_snake_case("InputLayer"), "input_layer");
-  EXPECT_EQ(saving::to_snake_case("EinsumDense"), "einsum_dense");
-  EXPECT_EQ(saving::to_snake_case("RMSNormalization"), "rms_normalization");
+  EXPECT_EQ(to_snake_case("GlobalAveragePooling2D"), "global_average_pooling2d");
+  EXPECT_EQ(to_snake_case("ReLU"), "re_lu");
+  EXPECT_EQ(to_snake_case("Conv2D"), "conv2d");
+  EXPECT_EQ(to_snake_case("MultiHeadAttention"), "multi_head_attention");
+  EXPECT_EQ(to_snake_case("InputLayer"), "input_layer");
+  EXPECT_EQ(to_snake_case("EinsumDense"), "einsum_dense");
+  EXPECT_EQ(to_snake_case("RMSNormalization"), "rms_normalization");
 }
 
 TEST_F(KerasWeightsFileTest, GroupsAreKerasLayout) {

@@ -12,6 +12,7 @@
 #include "engine/errors.h"
 #include "training/model_summary.h"
 #include "training/trainer.h"
+#include "saving/keras_archive.h"
 #include "saving/weight_files.h"
 
 namespace keras {
@@ -431,6 +432,11 @@ void Model::save_weights(const std::string& path) {
   weight_files::check_file_name(path, "save_weights");
   check_built("save_weights");
   weight_files::save(*this, path);
+}
+
+void Model::save(const std::string& path) {
+  check_built("save");
+  saving::save_model(*this, path);
 }
 
 void Model::load_weights(const std::string& path) {

@@ -259,6 +259,10 @@ class Model : public Layer {
 
   void save_weights(const std::string& path);
   void load_weights(const std::string& path);
+  // Keras' model.save: a .keras archive (config, weights and, when compiled, the optimizer's
+  // state) that keras::load_model and Python Keras' load_model read (saving/keras_archive.h).
+  // Sequential and functional models; collective under a distribution as save_weights is.
+  void save(const std::string& path);
 
   // Seconds the last training step spent in gradient collectives (the all-reduces, and the
   // reduce-scatters and all-gathers of variables updated by blocks; 0 without data parallelism).

@@ -1,0 +1,291 @@
+// Sequential and functional models to and from Keras' config.json.
+#include "saving/model_config.h"
+
+#include <map>
+#include <optional>
+
+#include "engine/errors.h"
+#include "layers/input_layer.h"
+#include "layers/keras_tensor.h"
+#include "layers/layer_config.h"
+#include "layers/merging.h"
+#include "layers/multi_head_attention.h"
+#include "saving/layer_registry.h"
+#include "training/functional.h"
+#include "training/model.h"
+
+namespace keras::saving {
+namespace {
+
+// A shape as Keras writes one: the batch dimension (-1 here) is null.
+nlohmann::json shape_json(const Shape& shape) {
+  nlohmann::json result = nlohmann::json::array();
+  for (std::int64_t dimension : shape) result.push_back(dimension < 0 ? nlohmann::json() : nlohmann::json(dimension));
+  return result;
+}
+
+nlohmann::json with_build_config(nlohmann::json serialized, const Layer& layer) {
+  if (!layer.build_input_shape().empty()) {
+    serialized["build_config"] = {{"input_shape", shape_json(layer.build_input_shape())}};
+  }
+  return serialized;
+}
+
+nlohmann::json sequential_config(Sequential& model) {
+  const Shape& input = model.build_input_shape();
+  if (input.empty()) {
+    throw ValueError(str("save: Sequential '", model.name(), "' has not been called, so its input ",
+                         "shape is unknown; call it (or fit) once before saving"));
+  }
+  nlohmann::json layers_json = nlohmann::json::array();
+  layers_json.push_back({{"module", "keras.layers"}, {"class_name", "InputLayer"},
+                         {"config", {{"batch_shape", shape_json(input)}, {"dtype", "float32"}, {"sparse", false},
+                                     {"ragged", false}, {"name", "input_layer"}, {"optional", false}}},
+                         {"registered_name", nullptr}});
+  for (const LayerPtr& layer : model.layers()) {
+    if (dynamic_cast<Model*>(layer.get())) {
+      throw NotImplementedError(str("save: model '", model.name(), "' holds model '", layer->name(),
+                                    "'; keras-cpp does not yet save nested models"));
+    }
+    layers_json.push_back(with_build_config(serialize_layer(*layer), *layer));
+  }
+  nlohmann::json config = model.Layer::get_config();
+  config["layers"] = layers_json;
+  config["build_input_shape"] = shape_json(input);
+  return {{"module", "keras"}, {"class_name", "Sequential"}, {"config", config}, {"registered_name", nullptr},
+          {"build_config", {{"input_shape", shape_json(input)}}}};
+}
+
+// A symbolic tensor as an argument of an inbound node.
+nlohmann::json tensor_argument(const KerasTensor& tensor, const std::map<const KerasNode*, std::size_t>& node_index) {
+  return {{"class_name", "__keras_tensor__"},
+          {"config", {{"shape", shape_json(tensor.shape())}, {"dtype", dtype_name(tensor.dtype())},
+                      {"keras_history", {tensor.node()->layer->name(), node_index.at(tensor.node().get()), tensor.index()}}}}};
+}
+
+nlohmann::json functional_config(Model& model) {
+  const FunctionalGraph& graph = *model.graph();
+  // A node's index among its layer's calls in this graph (Keras' node_index).
+  std::map<const KerasNode*, std::size_t> node_index;
+  std::map<const Layer*, std::size_t> calls;
+  std::map<const Layer*, std::vector<const KerasNode*>> nodes_of;
+  for (const KerasTensor& input : graph.inputs()) {
+    node_index[input.node().get()] = calls[input.node()->layer.get()]++;
+  }
+  for (const std::shared_ptr<KerasNode>& node : graph.nodes()) {
+    node_index[node.get()] = calls[node->layer.get()]++;
+    nodes_of[node->layer.get()].push_back(node.get());
+  }
+  nlohmann::json layers_json = nlohmann::json::array();
+  for (const LayerPtr& layer : graph.layers()) {
+    if (dynamic_cast<Model*>(layer.get())) {
+      throw NotImplementedError(str("save: model '", model.name(), "' calls model '", layer->name(),
+                                    "'; keras-cpp does not yet save nested models"));
+    }
+    nlohmann::json entry = with_build_config(serialize_layer(*layer), *layer);
+    entry["name"] = layer->name();
+    nlohmann::json inbound = nlohmann::json::array();
+    for (const KerasNode* node : nodes_of[layer.get()]) {
+      nlohmann::json args = nlohmann::json::array();
+      if (dynamic_cast<const layers::Merge*>(layer.get())) {
+        nlohmann::json list = nlohmann::json::array();
+        for (const KerasTensor& input : node->inputs) list.push_back(tensor_argument(input, node_index));
+        args.push_back(list);
+      } else {
+        for (const KerasTensor& input : node->inputs) args.push_back(tensor_argument(input, node_index));
+        // Our symbolic MultiHeadAttention call is self-attention: Keras' mha(x, x).
+        if (dynamic_cast<const layers::MultiHeadAttention*>(layer.get()) && node->inputs.size() == 1) {
+          args.push_back(tensor_argument(node->inputs[0], node_index));
+        }
+      }
+      inbound.push_back({{"args", args}, {"kwargs", nlohmann::json::object()}});
+    }
+    entry["inbound_nodes"] = inbound;
+    layers_json.push_back(entry);
+  }
+  auto endpoints = [&](const std::vector<KerasTensor>& tensors) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const KerasTensor& tensor : tensors) {
+      list.push_back({tensor.node()->layer->name(), node_index.at(tensor.node().get()), tensor.index()});
+    }
+    return tensors.size() == 1 ? list[0] : list;
+  };
+  nlohmann::json config = {{"name", model.name()}, {"trainable", model.trainable()}, {"layers", layers_json},
+                           {"input_layers", endpoints(graph.inputs())}, {"output_layers", endpoints(graph.outputs())}};
+  return {{"module", "keras.src.models.functional"}, {"class_name", "Functional"}, {"config", config},
+          {"registered_name", "Functional"}, {"build_config", {{"input_shape", nullptr}}}};
+}
+
+// Reads Keras' endpoint list: ["name", node, index] or a list of them.
+std::vector<nlohmann::json> endpoint_list(const nlohmann::json& value, const char* what) {
+  if (!value.is_array()) throw FileFormatError(str("load_model: the model's ", what, " is not a list"));
+  if (!value.empty() && value[0].is_string()) return {value};
+  return std::vector<nlohmann::json>(value.begin(), value.end());
+}
+
+class GraphBuilder {
+ public:
+  KerasTensor resolve(const nlohmann::json& history) const {
+    if (!history.is_array() || history.size() != 3 || !history[0].is_string() || !history[1].is_number_unsigned() ||
+        !history[2].is_number_unsigned()) {
+      throw FileFormatError(str("load_model: a tensor's keras_history is ", history.dump().substr(0, 200),
+                                "; expected [layer name, node index, tensor index]"));
+    }
+    std::string name = history[0].get<std::string>();
+    auto found = outputs_.find(name);
+    std::size_t node = history[1].get<std::size_t>(), index = history[2].get<std::size_t>();
+    if (found == outputs_.end() || node >= found->second.size() || index >= found->second[node].size()) {
+      throw FileFormatError(str("load_model: a call reads output ", index, " of call ", node, " of layer '", name,
+                                "', which comes before it in no way the config says"));
+    }
+    return found->second[node][index];
+  }
+  KerasTensor argument(const nlohmann::json& value) const {
+    if (!value.is_object() || value.value("class_name", "") != "__keras_tensor__" || !value.contains("config") ||
+        !value["config"].is_object() || !value["config"].contains("keras_history")) {
+      throw NotImplementedError(str("load_model: a call's argument is ", value.dump().substr(0, 200),
+                                    "; keras-cpp takes symbolic tensors (and lists of them) only"));
+    }
+    return resolve(value["config"]["keras_history"]);
+  }
+  void add_input(const std::string& name, KerasTensor tensor) { outputs_[name].push_back({std::move(tensor)}); }
+  void add_call(const std::string& name, KerasTensor tensor) { outputs_[name].push_back({std::move(tensor)}); }
+  bool has(const std::string& name) const { return outputs_.count(name) > 0; }
+
+ private:
+  std::map<std::string, std::vector<std::vector<KerasTensor>>> outputs_;
+};
+
+KerasTensor call_layer(const LayerPtr& layer, const nlohmann::json& node, const GraphBuilder& graph) {
+  if (!node.is_object() || !node.contains("args") || !node["args"].is_array()) {
+    throw FileFormatError(str("load_model: a call of layer '", layer->name(), "' has no \"args\" list"));
+  }
+  if (node.contains("kwargs") && !(node["kwargs"].is_object() && node["kwargs"].empty())) {
+    throw NotImplementedError(str("load_model: layer '", layer->name(), "' is called with keyword arguments ",
+                                  node["kwargs"].dump().substr(0, 200), ", which keras-cpp does not take"));
+  }
+  const nlohmann::json& args = node["args"];
+  if (auto* merge = dynamic_cast<layers::Merge*>(layer.get())) {
+    if (args.size() != 1 || !args[0].is_array()) {
+      throw FileFormatError(str("load_model: merging layer '", layer->name(), "' is called on ",
+                                args.dump().substr(0, 200), "; expected one list of tensors"));
+    }
+    std::vector<KerasTensor> inputs;
+    for (const nlohmann::json& item : args[0]) inputs.push_back(graph.argument(item));
+    return (*merge)(inputs);
+  }
+  if (dynamic_cast<layers::MultiHeadAttention*>(layer.get()) && args.size() == 2) {
+    KerasTensor query = graph.argument(args[0]), value = graph.argument(args[1]);
+    if (!query.same_as(value)) {
+      throw NotImplementedError(str("load_model: MultiHeadAttention '", layer->name(), "' attends from one ",
+                                    "tensor to another; keras-cpp's functional graphs take self-attention only"));
+    }
+    return (*layer)(query);
+  }
+  if (args.size() != 1 || args[0].is_array()) {
+    throw NotImplementedError(str("load_model: layer '", layer->name(), "' is called with ", args.size(),
+                                  " arguments; keras-cpp calls it on one tensor"));
+  }
+  return (*layer)(graph.argument(args[0]));
+}
+
+std::shared_ptr<Model> functional_from_config(const nlohmann::json& config) {
+  if (!config.contains("layers") || !config["layers"].is_array()) {
+    throw FileFormatError("load_model: the functional model's config has no \"layers\" list");
+  }
+  GraphBuilder graph;
+  for (const nlohmann::json& entry : config["layers"]) {
+    if (!entry.is_object()) throw FileFormatError("load_model: a layer entry is not an object");
+    LayerPtr layer = layer_from_config(entry);
+    std::string name = layer->name();
+    if (graph.has(name)) throw FileFormatError(str("load_model: two layers are named '", name, "'"));
+    if (auto* input = dynamic_cast<layers::InputLayer*>(layer.get())) {
+      graph.add_input(name, Input(input->shape(), input->dtype(), name));
+      continue;
+    }
+    const nlohmann::json nodes = entry.value("inbound_nodes", nlohmann::json::array());
+    if (!nodes.is_array()) throw FileFormatError(str("load_model: layer '", name, "' has no inbound_nodes list"));
+    if (nodes.empty()) {
+      throw NotImplementedError(str("load_model: layer '", name, "' is never called in the model"));
+    }
+    for (const nlohmann::json& node : nodes) graph.add_call(name, call_layer(layer, node, graph));
+  }
+  std::vector<KerasTensor> inputs, outputs;
+  for (const nlohmann::json& endpoint : endpoint_list(config.value("input_layers", nlohmann::json()), "input_layers")) {
+    inputs.push_back(graph.resolve(endpoint));
+  }
+  for (const nlohmann::json& endpoint : endpoint_list(config.value("output_layers", nlohmann::json()), "output_layers")) {
+    outputs.push_back(graph.resolve(endpoint));
+  }
+  std::string name = config.value("name", nlohmann::json("")).is_string() ? config.value("name", std::string()) : "";
+  auto model = std::make_shared<Model>(std::move(inputs), std::move(outputs), name);
+  if (config.contains("trainable") && config["trainable"].is_boolean()) model->set_trainable(config["trainable"].get<bool>());
+  return model;
+}
+
+std::shared_ptr<Model> sequential_from_config(const nlohmann::json& config, const nlohmann::json& outer) {
+  if (!config.contains("layers") || !config["layers"].is_array()) {
+    throw FileFormatError("load_model: the Sequential's config has no \"layers\" list");
+  }
+  std::string name = config.value("name", nlohmann::json("")).is_string() ? config.value("name", std::string()) : "";
+  auto model = std::make_shared<Sequential>(std::vector<AnyLayer>{}, name);
+  std::optional<Shape> input_shape;
+  for (const nlohmann::json& entry : config["layers"]) {
+    LayerPtr layer = layer_from_config(entry);
+    if (auto* input = dynamic_cast<layers::InputLayer*>(layer.get())) {
+      if (input_shape) throw NotImplementedError("load_model: a Sequential with two InputLayers");
+      input_shape = input->shape();
+      continue;
+    }
+    model->add(layer);
+  }
+  if (!input_shape) {
+    // Keras' build_input_shape (or the model's build_config) when no InputLayer was listed.
+    nlohmann::json shape = config.value("build_input_shape", nlohmann::json());
+    if (shape.is_null() && outer.contains("build_config") && outer["build_config"].is_object()) {
+      shape = outer["build_config"].value("input_shape", nlohmann::json());
+    }
+    if (!shape.is_array() || shape.empty()) {
+      throw NotImplementedError("load_model: the Sequential has no InputLayer or build_input_shape, so "
+                                "keras-cpp cannot build it to load its weights");
+    }
+    input_shape = Shape();
+    for (std::size_t axis = 1; axis < shape.size(); ++axis) {
+      if (!shape[axis].is_number_integer() || shape[axis].get<std::int64_t>() <= 0) {
+        throw NotImplementedError(str("load_model: the Sequential's input shape ", shape.dump().substr(0, 200),
+                                      " is not fixed beyond the batch"));
+      }
+      input_shape->push_back(shape[axis].get<std::int64_t>());
+    }
+  }
+  Shape example = {1};
+  example.insert(example.end(), input_shape->begin(), input_shape->end());
+  (*model)(Tensor::zeros(example));
+  if (config.contains("trainable") && config["trainable"].is_boolean()) model->set_trainable(config["trainable"].get<bool>());
+  return model;
+}
+
+}  // namespace
+
+nlohmann::json model_config(Model& model) {
+  if (auto* sequential = dynamic_cast<Sequential*>(&model)) return sequential_config(*sequential);
+  if (model.graph()) return functional_config(model);
+  throw NotImplementedError(str("save: model '", model.name(), "' is subclassed (it overrides call), so it has ",
+                                "no config to be made from; save its weights with save_weights(\"",
+                                model.name(), ".weights.h5\") instead"));
+}
+
+std::shared_ptr<Model> model_from_config(const nlohmann::json& config) {
+  if (!config.is_object() || !config.contains("class_name") || !config["class_name"].is_string()) {
+    throw FileFormatError("load_model: config.json is not Keras' serialized model (an object with a \"class_name\")");
+  }
+  std::string class_name = config["class_name"].get<std::string>();
+  const nlohmann::json inner = config.value("config", nlohmann::json::object());
+  if (!inner.is_object()) throw FileFormatError("load_model: the model's \"config\" is not an object");
+  if (class_name == "Sequential") return sequential_from_config(inner, config);
+  if (class_name == "Functional" || class_name == "Model") return functional_from_config(inner);
+  throw NotImplementedError(str("load_model: the model is a '", class_name, "'; keras-cpp makes Sequential and ",
+                                "functional models from configs (a subclassed model has no config to make it from)"));
+}
+
+}  // namespace keras::saving
