@@ -294,6 +294,13 @@ nlohmann::json Layer::get_config() const {
   return {{"name", name_}, {"trainable", trainable_}, {"dtype", config_json::float32_policy()}};
 }
 
+nlohmann::json Layer::build_config() const {
+  if (build_input_shape_.empty()) return nullptr;
+  nlohmann::json shape = nlohmann::json::array();
+  for (std::int64_t dimension : build_input_shape_) shape.push_back(dimension < 0 ? nlohmann::json() : nlohmann::json(dimension));
+  return {{"input_shape", shape}};
+}
+
 std::vector<Variable*> Layer::own_variables() {
   std::vector<Variable*> result;
   for (Variable& variable : variables_) result.push_back(&variable);

@@ -115,6 +115,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // a layer without arguments; a layer with arguments adds them, and a class made from
   // configs has a static from_config(LayerConfig&) beside it (saving/layer_registry.h).
   virtual nlohmann::json get_config() const;
+  // Keras' build_config: what Keras builds the layer with before loading its weights
+  // ({"input_shape": [null, 8]}); null when it has not been built by a call.
+  virtual nlohmann::json build_config() const;
   // The output shape of the last call, batch dimension -1 (Keras' None), global under
   // ModelParallel; empty before the first call.
   const Shape& output_shape() const { return output_shape_; }

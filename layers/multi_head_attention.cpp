@@ -189,6 +189,13 @@ nlohmann::json MultiHeadAttention::get_config() const {
   return config;
 }
 
+nlohmann::json MultiHeadAttention::build_config() const {
+  nlohmann::json built = Layer::build_config();
+  if (built.is_null()) return built;
+  // Built by a call here (self-attention) or by run_call: the query's shape serves for the value.
+  return {{"shapes_dict", {{"query_shape", built["input_shape"]}, {"value_shape", built["input_shape"]}}}};
+}
+
 LayerPtr MultiHeadAttention::from_config(LayerConfig& config) {
   MultiHeadAttentionOptions options;
   options.name = config.name();

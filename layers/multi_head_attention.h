@@ -44,6 +44,8 @@ Tensor dot_product_attention(Tensor query, Tensor key, Tensor value, const Tenso
 class MultiHeadAttention : public LayerOf<MultiHeadAttention> {
  public:
   nlohmann::json get_config() const override;
+  // Keras builds MultiHeadAttention from {"shapes_dict": {"query_shape", "value_shape"}}.
+  nlohmann::json build_config() const override;
   static LayerPtr from_config(LayerConfig& config);
   MultiHeadAttention(std::int64_t num_heads, std::int64_t key_dim, MultiHeadAttentionOptions options = {});
   // Self-attention: query = value = key = inputs, no mask.

@@ -25,9 +25,8 @@ nlohmann::json shape_json(const Shape& shape) {
 }
 
 nlohmann::json with_build_config(nlohmann::json serialized, const Layer& layer) {
-  if (!layer.build_input_shape().empty()) {
-    serialized["build_config"] = {{"input_shape", shape_json(layer.build_input_shape())}};
-  }
+  nlohmann::json built = layer.build_config();
+  if (!built.is_null()) serialized["build_config"] = built;
   return serialized;
 }
 

@@ -1,0 +1,73 @@
+// The keras-cpp half of check_keras_files.py: trains each model of tests/keras_file_models.h
+// for two steps of Adam here and writes, into the directory given, NAME.weights.h5
+// (save_weights), NAME.keras (save) and NAME.io.h5 with its inputs (x0, x1, ...), targets, our
+// predictions (y) and our predictions after one more step of Adam (y_after_step), for Python
+// Keras to load, predict and take that step from.
+#include <cstdio>
+#include <exception>
+
+#include "io/hdf5_file.h"
+#include "tests/keras_file_models.h"
+
+namespace {
+
+using namespace keras;
+
+Tensor normal(const Shape& shape, std::uint64_t seed) {
+  return ops::random({RandomDistribution::normal, 0.0, 1.0, seed}, shape, float32);
+}
+
+std::vector<Tensor> inputs_of(const std::string& name) {
+  if (name == "mlp") return {normal({4, 8}, 1)};
+  if (name == "convnet") return {ops::random({RandomDistribution::uniform, 0.0, 255.0, 2}, {4, 28, 28, 1}, float32)};
+  if (name == "two_inputs") return {normal({4, 8}, 3), normal({4, 4}, 4)};
+  return {normal({4, 5, 8}, 5)};
+}
+
+void write(const std::string& directory, const std::string& name) {
+  set_random_seed(77);
+  std::shared_ptr<Model> model = testing::make_keras_file_model(name);
+  model->compile(optimizers::Adam(0.01), "mse");
+  std::vector<Tensor> x = inputs_of(name);
+  Tensor first = x.size() == 1 ? (*model)(x[0]) : (*model)(x)[0];
+  Tensor targets = normal(first.shape(), 9);
+  FitOptions options;
+  options.batch_size = 2;
+  options.epochs = 1;
+  options.shuffle = false;
+  options.verbose = 0;
+  model->fit(x, {targets}, options);
+  Tensor predictions = x.size() == 1 ? (*model)(x[0]) : (*model)(x)[0];
+  model->save_weights(directory + "/" + name + ".weights.h5");
+  model->save(directory + "/" + name + ".keras");
+  // One more step (the whole batch), which Keras takes from the loaded file too: equal
+  // predictions after it need Adam's state in Keras' order.
+  options.batch_size = 4;
+  model->fit(x, {targets}, options);
+  Tensor after_step = x.size() == 1 ? (*model)(x[0]) : (*model)(x)[0];
+  io::hdf5::File file = io::hdf5::File::create(directory + "/" + name + ".io.h5");
+  {
+    io::hdf5::Group root = file.root();
+    for (std::size_t i = 0; i < x.size(); ++i) root.write_dataset(str("x", i), x[i]);
+    root.write_dataset("targets", targets);
+    root.write_dataset("y", predictions);
+    root.write_dataset("y_after_step", after_step);
+  }
+  file.close();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: keras_files_tool DIRECTORY\n");
+    return 2;
+  }
+  try {
+    for (const std::string& name : keras::testing::kKerasFileModels) write(argv[1], name);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "keras_files_tool: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}
