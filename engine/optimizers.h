@@ -104,6 +104,8 @@ class Optimizer {
   // finalize_variable_values() does at the end of fit().
   Optimizer& set_ema(bool use_ema, double momentum = 0.99, int overwrite_frequency = 0);
   bool use_ema() const { return use_ema_; }
+  double ema_momentum() const { return ema_momentum_; }
+  int ema_overwrite_frequency() const { return ema_overwrite_frequency_; }
   // Keras' finalize_variable_values: with use_ema, the variables take their averages.
   void finalize_variable_values(const std::vector<Tensor>& variables);
   // Whether apply() must see whole variables: clipping (whole norms), accumulation and the
@@ -125,6 +127,17 @@ class Optimizer {
   // optimizer of one's own overrides it to have its state in those files; the default saves
   // none.
   virtual std::vector<std::vector<int>> keras_slot_order() const { return {}; }
+  // Keras' name of the class ("Adam") and its own constructor arguments as Keras' get_config
+  // names them (beta_1, ...; booleans as 0 or 1), for a .keras archive's compile_config. The
+  // learning rate and weight decay are the base's. Empty name: Keras has no such optimizer.
+  struct KerasArgument {
+    std::string name;
+    double value;
+    bool boolean = false;
+  };
+  virtual std::string keras_class_name() const { return ""; }
+  virtual std::vector<KerasArgument> keras_arguments() const { return {}; }
+  double weight_decay() const { return weight_decay_; }
 
  protected:
   virtual void update(Tensor& variable, const Tensor& gradient) = 0;
@@ -170,6 +183,10 @@ class SGD : public Optimizer {
                double weight_decay = 0.0);
 
   std::vector<std::vector<int>> keras_slot_order() const override;
+  std::string keras_class_name() const override { return "SGD"; }
+  std::vector<KerasArgument> keras_arguments() const override {
+    return {{"momentum", momentum_}, {"nesterov", nesterov_ ? 1.0 : 0.0, true}};
+  }
  protected:
   void update(Tensor& variable, const Tensor& gradient) override;
 
@@ -184,6 +201,10 @@ class Adam : public Optimizer {
                 double epsilon = 1e-7, double weight_decay = 0.0);
 
   std::vector<std::vector<int>> keras_slot_order() const override;
+  std::string keras_class_name() const override { return name() == "AdamW" ? "AdamW" : "Adam"; }
+  std::vector<KerasArgument> keras_arguments() const override {
+    return {{"beta_1", beta_1_}, {"beta_2", beta_2_}, {"epsilon", epsilon_}, {"amsgrad", 0.0, true}};
+  }
  protected:
   Adam(LearningRate learning_rate, double beta_1, double beta_2, double epsilon, double weight_decay,
        std::string name);
@@ -206,6 +227,10 @@ class RMSprop : public Optimizer {
                    double epsilon = 1e-7, bool centered = false, double weight_decay = 0.0);
 
   std::vector<std::vector<int>> keras_slot_order() const override;
+  std::string keras_class_name() const override { return "RMSprop"; }
+  std::vector<KerasArgument> keras_arguments() const override {
+    return {{"rho", rho_}, {"momentum", momentum_}, {"epsilon", epsilon_}, {"centered", centered_ ? 1.0 : 0.0, true}};
+  }
  protected:
   void update(Tensor& variable, const Tensor& gradient) override;
 
@@ -220,6 +245,10 @@ class Adagrad : public Optimizer {
                    double epsilon = 1e-7, double weight_decay = 0.0);
 
   std::vector<std::vector<int>> keras_slot_order() const override;
+  std::string keras_class_name() const override { return "Adagrad"; }
+  std::vector<KerasArgument> keras_arguments() const override {
+    return {{"initial_accumulator_value", initial_accumulator_value_}, {"epsilon", epsilon_}};
+  }
  protected:
   void update(Tensor& variable, const Tensor& gradient) override;
 

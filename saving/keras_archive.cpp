@@ -229,16 +229,10 @@ std::optional<std::string> compile_from_config(Model& model, const nlohmann::jso
     if (!found->is_number()) return std::nullopt;
     return found->get<double>();
   };
-  // Fields of Keras' optimizers keras-cpp takes at their defaults only.
-  for (const char* key : {"clipnorm", "global_clipnorm", "clipvalue", "ema_overwrite_frequency",
-                          "loss_scale_factor", "gradient_accumulation_steps"}) {
-    if (fields.contains(key) && !fields[key].is_null()) {
-      return str("its optimizer sets ", key, " = ", fields[key].dump(), ", which loading does not carry over yet");
-    }
+  if (fields.contains("loss_scale_factor") && !fields["loss_scale_factor"].is_null()) {
+    return "its optimizer sets loss_scale_factor, which keras-cpp does not have";
   }
-  if (fields.value("use_ema", false) != false || fields.value("amsgrad", false) != false) {
-    return "its optimizer uses use_ema or amsgrad";
-  }
+  if (fields.value("amsgrad", false) != false) return "its optimizer uses amsgrad, which keras-cpp does not have";
   std::optional<double> rate = number("learning_rate", 0.001);
   if (!rate) return "its learning rate is a schedule, which loading does not carry over yet";
   double weight_decay = number("weight_decay", 0.0).value_or(0.0);
@@ -266,6 +260,28 @@ std::optional<std::string> compile_from_config(Model& model, const nlohmann::jso
                                                       number("epsilon", 1e-7).value_or(1e-7), weight_decay);
   } else {
     return str("its optimizer is '", class_name, "', which keras-cpp does not have");
+  }
+  // The base optimizer's options, as Keras' base Optimizer takes them.
+  try {
+    for (const char* key : {"clipnorm", "global_clipnorm", "clipvalue"}) {
+      std::optional<double> value = number(key, 0.0);
+      if (!value) return str("its optimizer's ", key, " is not a number");
+      if (*value > 0) {
+        if (std::string(key) == "clipnorm") optimizer->set_clipnorm(*value);
+        else if (std::string(key) == "global_clipnorm") optimizer->set_global_clipnorm(*value);
+        else optimizer->set_clipvalue(*value);
+      }
+    }
+    std::optional<double> steps = number("gradient_accumulation_steps", 0.0);
+    if (!steps) return "its optimizer's gradient_accumulation_steps is not a number";
+    if (*steps > 1) optimizer->set_gradient_accumulation_steps(static_cast<int>(*steps));
+    if (fields.value("use_ema", false) == true) {
+      std::optional<double> momentum = number("ema_momentum", 0.99), frequency = number("ema_overwrite_frequency", 0.0);
+      if (!momentum || !frequency) return "its optimizer's moving-average options are not numbers";
+      optimizer->set_ema(true, *momentum, static_cast<int>(*frequency));
+    }
+  } catch (const Error& error) {
+    return error.what();
   }
   const nlohmann::json loss = compile.value("loss", nlohmann::json());
   std::string loss_name;

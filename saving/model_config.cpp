@@ -1,10 +1,13 @@
 // Sequential and functional models to and from Keras' config.json.
 #include "saving/model_config.h"
 
+#include <cctype>
 #include <map>
 #include <optional>
 
 #include "engine/errors.h"
+#include "engine/losses.h"
+#include "engine/optimizers.h"
 #include "layers/input_layer.h"
 #include "layers/keras_tensor.h"
 #include "layers/layer_config.h"
@@ -264,11 +267,59 @@ std::shared_ptr<Model> sequential_from_config(const nlohmann::json& config, cons
   return model;
 }
 
+// Keras' compile_config of a compiled model: the optimizer serialized as Keras' own, the losses
+// by name. Null when Keras could not make the optimizer (one of one's own, or a learning-rate
+// schedule of ours); compiling then is the user's, in Python as here.
+nlohmann::json compile_config(Model& model) {
+  if (!model.compiled()) return nullptr;
+  const optimizers::Optimizer& optimizer = model.optimizer();
+  if (optimizer.keras_class_name().empty() || optimizer.learning_rate_schedule()) return nullptr;
+  std::string name = optimizer.name();
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto or_null = [](double value) { return value > 0 ? nlohmann::json(value) : nlohmann::json(); };
+  nlohmann::json config = {{"name", name},
+                           {"learning_rate", optimizer.learning_rate()},
+                           {"weight_decay", or_null(optimizer.weight_decay())},
+                           {"clipnorm", or_null(optimizer.clipnorm())},
+                           {"global_clipnorm", or_null(optimizer.global_clipnorm())},
+                           {"clipvalue", or_null(optimizer.clipvalue())},
+                           {"use_ema", optimizer.use_ema()},
+                           {"ema_momentum", optimizer.ema_momentum()},
+                           {"ema_overwrite_frequency", optimizer.ema_overwrite_frequency() > 0
+                                                           ? nlohmann::json(optimizer.ema_overwrite_frequency())
+                                                           : nlohmann::json()},
+                           {"loss_scale_factor", nullptr},
+                           {"gradient_accumulation_steps", optimizer.gradient_accumulation_steps() > 1
+                                                               ? nlohmann::json(optimizer.gradient_accumulation_steps())
+                                                               : nlohmann::json()}};
+  for (const optimizers::Optimizer::KerasArgument& argument : optimizer.keras_arguments()) {
+    config[argument.name] = argument.boolean ? nlohmann::json(argument.value != 0.0) : nlohmann::json(argument.value);
+  }
+  nlohmann::json loss = nlohmann::json::array();
+  for (const losses::LossPtr& each : model.compiled_losses()) loss.push_back(each->name());
+  return {{"optimizer", config_json::serialized("keras.optimizers", optimizer.keras_class_name(), config)},
+          {"loss", loss.size() == 1 ? loss[0] : loss},
+          {"loss_weights", nullptr},
+          {"metrics", nullptr},
+          {"weighted_metrics", nullptr},
+          {"run_eagerly", false},
+          {"steps_per_execution", 1},
+          {"jit_compile", true}};
+}
+
 }  // namespace
 
 nlohmann::json model_config(Model& model) {
-  if (auto* sequential = dynamic_cast<Sequential*>(&model)) return sequential_config(*sequential);
-  if (model.graph()) return functional_config(model);
+  if (auto* sequential = dynamic_cast<Sequential*>(&model)) {
+    nlohmann::json config = sequential_config(*sequential);
+    if (nlohmann::json compile = compile_config(model); !compile.is_null()) config["compile_config"] = compile;
+    return config;
+  }
+  if (model.graph()) {
+    nlohmann::json config = functional_config(model);
+    if (nlohmann::json compile = compile_config(model); !compile.is_null()) config["compile_config"] = compile;
+    return config;
+  }
   throw NotImplementedError(str("save: model '", model.name(), "' is subclassed (it overrides call), so it has ",
                                 "no config to be made from; save its weights with save_weights(\"",
                                 model.name(), ".weights.h5\") instead"));

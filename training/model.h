@@ -274,6 +274,8 @@ class Model : public Layer {
   // Whether the optimizer's state is current only by blocks (then gather_optimizer_state(), a
   // collective, makes it whole).
   bool optimizer_state_held_by_blocks() const;
+  // The losses compile() was given, one per output.
+  const std::vector<losses::LossPtr>& compiled_losses() const { return losses_; }
   // Whether compile() was called (an optimizer and a loss are set).
   bool compiled() const { return optimizer_ != nullptr && !losses_.empty(); }
 
