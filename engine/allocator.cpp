@@ -95,8 +95,30 @@ void system_free(void* pointer, Device device) {
 
 }  // namespace
 
+namespace {
+thread_local AllocationBudget* current_budget = nullptr;
+}  // namespace
+
+AllocationBudget::AllocationBudget(std::size_t bytes, std::string what)
+    : limit_(bytes), what_(std::move(what)), in_use_(std::make_shared<std::atomic<std::int64_t>>(0)),
+      outer_(current_budget) {
+  current_budget = this;
+}
+
+AllocationBudget::~AllocationBudget() { current_budget = outer_; }
+
 Storage::Storage(std::size_t bytes, Device device) : bytes_(bytes), device_(device) {
   capacity_ = round_size(bytes == 0 ? 1 : bytes);
+  if (AllocationBudget* budget = current_budget) {
+    std::int64_t held = budget->in_use_->fetch_add(static_cast<std::int64_t>(capacity_)) +
+                        static_cast<std::int64_t>(capacity_);
+    if (held > static_cast<std::int64_t>(budget->limit_)) {
+      budget->in_use_->fetch_sub(static_cast<std::int64_t>(capacity_));
+      throw OutOfMemoryError(str(budget->what_, ": a tensor of ", bytes, " bytes would take the memory held past ",
+                                 budget->limit_, " bytes, more than it can need"));
+    }
+    budget_in_use_ = budget->in_use_;
+  }
   Pool& pool = pool_for(device);
   {
     std::lock_guard lock(pool.mutex);
@@ -127,6 +149,7 @@ Storage::Storage(std::shared_ptr<Storage> parent, std::size_t offset, std::size_
 
 Storage::~Storage() {
   if (parent_) return;  // a view owns nothing
+  if (budget_in_use_) budget_in_use_->fetch_sub(static_cast<std::int64_t>(capacity_));
   Pool& pool = pool_for(device_);
   std::lock_guard lock(pool.mutex);
   pool.free_blocks[capacity_].push_back(data_);

@@ -3,8 +3,11 @@
 // milliseconds in page faults. Freed blocks are kept in per-size free lists and handed out again;
 // sizes are rounded up so that the same tensor shapes hit the same list every step.
 #pragma once
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "engine/device.h"
 
@@ -31,6 +34,27 @@ class Storage {
   std::size_t capacity_ = 0;
   Device device_;
   std::shared_ptr<Storage> parent_;  // set for views
+  std::shared_ptr<std::atomic<std::int64_t>> budget_in_use_;  // set while an AllocationBudget counted it
+};
+
+// Bounds the bytes that tensors made on this thread hold at once while it lives, for work
+// driven by an untrusted file: load_model builds a model from a config before its weights can
+// be checked, and a config that lies (Dense(units=10^12)) must fail with an error, not take
+// the machine's memory. Past `bytes`, making a tensor throws OutOfMemoryError naming `what`.
+// Scopes nest; the innermost counts.
+class AllocationBudget {
+ public:
+  AllocationBudget(std::size_t bytes, std::string what);
+  ~AllocationBudget();
+  AllocationBudget(const AllocationBudget&) = delete;
+  AllocationBudget& operator=(const AllocationBudget&) = delete;
+
+ private:
+  friend class Storage;
+  std::size_t limit_;
+  std::string what_;
+  std::shared_ptr<std::atomic<std::int64_t>> in_use_;
+  AllocationBudget* outer_;
 };
 
 struct AllocatorStats {

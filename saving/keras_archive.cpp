@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zip.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 
 #include "distribution/runtime/runtime.h"
 #include "distribution/runtime/shared_outcome.h"
+#include "engine/allocator.h"
 #include "engine/errors.h"
 #include "engine/losses.h"
 #include "engine/optimizers.h"
@@ -66,6 +68,18 @@ class ZipReader {
   ZipReader& operator=(const ZipReader&) = delete;
 
   bool has(const char* name) const { return zip_name_locate(archive_, name, 0) >= 0; }
+
+  // The size an entry declares (its uncompressed bytes); 0 when it has none.
+  std::uint64_t declared_size(const char* name) const {
+    zip_int64_t index = zip_name_locate(archive_, name, 0);
+    zip_stat_t stat;
+    zip_stat_init(&stat);
+    if (index < 0 || zip_stat_index(archive_, static_cast<zip_uint64_t>(index), 0, &stat) != 0 ||
+        !(stat.valid & ZIP_STAT_SIZE)) {
+      return 0;
+    }
+    return stat.size;
+  }
 
   // The entry's text, at most `limit` bytes however large it claims or turns out to be.
   std::string read(const char* name, std::size_t limit) const {
@@ -372,9 +386,22 @@ std::shared_ptr<Model> load_model(const std::string& path, bool compile) {
     saving::parse_config_text(archive.read(saving::kMetadataEntry, saving::kMaxMetadataBytes));
   }
   nlohmann::json config = saving::parse_config_text(archive.read(saving::kConfigEntry, saving::kMaxConfigBytes));
+  // The model is built before its weights can be checked against it: what it may hold is
+  // bounded by what the weights entry could fill (four times its bytes, and 256 MiB for a
+  // call's activations), so a config that lies about sizes is refused, not allocated.
+  std::uint64_t weights_bytes = archive.declared_size(saving::kWeightsEntry);
+  AllocationBudget budget(static_cast<std::size_t>(std::min<std::uint64_t>(weights_bytes, std::uint64_t{1} << 50) * 4 +
+                                                   (std::uint64_t{256} << 20)),
+                          str("load_model: building the model of '", path, "'"));
   std::shared_ptr<Model> model = saving::model_from_config(config);
   if (compile && config.contains("compile_config") && !config["compile_config"].is_null()) {
-    if (std::optional<std::string> why = saving::compile_from_config(*model, config["compile_config"])) {
+    std::optional<std::string> why;
+    try {
+      why = saving::compile_from_config(*model, config["compile_config"]);
+    } catch (const nlohmann::json::exception& type_error) {
+      why = str("its compile_config has a field of an unexpected type (", type_error.what(), ")");
+    }
+    if (why) {
       if (distribution::process_id() == 0) {
         std::fprintf(stderr, "load_model: '%s' is returned uncompiled, as it was saved compiled but %s\n",
                      path.c_str(), why->c_str());

@@ -309,6 +309,8 @@ nlohmann::json compile_config(Model& model) {
 
 }  // namespace
 
+std::shared_ptr<Model> model_from_checked_config(const nlohmann::json& config);
+
 nlohmann::json model_config(Model& model) {
   if (auto* sequential = dynamic_cast<Sequential*>(&model)) {
     nlohmann::json config = sequential_config(*sequential);
@@ -326,6 +328,16 @@ nlohmann::json model_config(Model& model) {
 }
 
 std::shared_ptr<Model> model_from_config(const nlohmann::json& config) {
+  // A field of an unexpected JSON type met by a lookup with a default (nlohmann's value())
+  // is a malformed file, said as such.
+  try {
+    return model_from_checked_config(config);
+  } catch (const nlohmann::json::exception& error) {
+    throw FileFormatError(str("load_model: config.json has a field of an unexpected type: ", error.what()));
+  }
+}
+
+std::shared_ptr<Model> model_from_checked_config(const nlohmann::json& config) {
   if (!config.is_object() || !config.contains("class_name") || !config["class_name"].is_string()) {
     throw FileFormatError("load_model: config.json is not Keras' serialized model (an object with a \"class_name\")");
   }

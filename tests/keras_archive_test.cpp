@@ -223,6 +223,10 @@ TEST_F(KerasArchiveTest, UnsupportedConfigsNameTheLayerAndTheField) {
   expect_throw_with<FileFormatError>(
       [&] { load_model(archive_with(R"({"class_name": "Dense", "config": {"name": "d", "units": "two"}})")); },
       "field 'units' is \"two\"; expected an integer");
+  // A config that lies about sizes: 4 x 10^9 weights are never allocated.
+  expect_throw_with<OutOfMemoryError>(
+      [&] { load_model(archive_with(R"({"class_name": "Dense", "config": {"name": "d", "units": 1000000000}})")); },
+      "more than it can need");
   expect_throw_with<NotImplementedError>(
       [&] { load_model(archive_with(R"({"class_name": "GRU", "config": {"name": "g", "units": 2}})")); },
       "layer class 'GRU' is not one keras-cpp can make from a config");

@@ -196,6 +196,34 @@ def store_seeds():
     write(h, "token_wrong_answer", bytes([2]) + bytes(64) + session)
 
 
+def keras_config_seeds():
+    """The config.json of each archive Python Keras wrote (tests/reference/keras_files), and a
+    few small ones by hand: a Sequential without an InputLayer, a shared layer, a bad field."""
+    import zipfile
+    h = "keras_config_fuzzer"
+    references = os.path.join(os.path.dirname(ROOT), "..", "reference", "keras_files")
+    for name in sorted(os.listdir(references)):
+        if name.endswith(".keras"):
+            with zipfile.ZipFile(os.path.join(references, name)) as archive:
+                write(h, name.replace(".keras", "_config"), archive.read("config.json"))
+    dense = {"class_name": "Dense", "config": {"name": "d", "units": 3, "activation": "relu"}}
+    write(h, "sequential_build_input_shape", json.dumps(
+        {"class_name": "Sequential", "config": {"name": "s", "layers": [dense], "build_input_shape": [None, 4]}}).encode())
+    tensor = {"class_name": "__keras_tensor__", "config": {"shape": [None, 4], "keras_history": ["x", 0, 0]}}
+    shared = {"class_name": "Dense", "config": {"name": "shared", "units": 4}, "name": "shared",
+              "inbound_nodes": [{"args": [tensor], "kwargs": {}},
+                                {"args": [dict(tensor, config={"shape": [None, 4], "keras_history": ["shared", 0, 0]})],
+                                 "kwargs": {}}]}
+    write(h, "functional_shared_layer", json.dumps(
+        {"class_name": "Functional", "config": {"name": "f", "layers": [
+            {"class_name": "InputLayer", "config": {"batch_shape": [None, 4], "name": "x"}, "name": "x", "inbound_nodes": []},
+            shared], "input_layers": ["x", 0, 0], "output_layers": ["shared", 1, 0]}}).encode())
+    write(h, "unknown_field", json.dumps(
+        {"class_name": "Sequential", "config": {"name": "s", "layers": [
+            {"class_name": "InputLayer", "config": {"batch_shape": [None, 2]}},
+            {"class_name": "Dense", "config": {"units": 1, "sparkle": True}}]}}).encode())
+
+
 if __name__ == "__main__":
     shutil.rmtree(ROOT, ignore_errors=True)
     safetensors_seeds()
@@ -203,3 +231,4 @@ if __name__ == "__main__":
     environment_seeds()
     layout_seeds()
     store_seeds()
+    keras_config_seeds()
