@@ -91,7 +91,7 @@ class VarianceScaling : public RandomInitializer {
   std::string name() const override { return name_; }
   double scale() const { return scale_; }
   const std::string& mode() const { return mode_; }
-  const std::string& distribution() const { return distribution_; }
+  const std::string& distribution_kind() const { return distribution_; }
 
  private:
   double scale_;

@@ -165,45 +165,36 @@ LayerPtr Conv2D::from_config(LayerConfig& config) {
 }
 
 
-nlohmann::json MaxPooling2D::get_config() const {
-  nlohmann::json config = Layer::get_config();
-  config["pool_size"] = pair_of(pool_size_);
-  config["padding"] = options_.padding;
-  config["strides"] = pair_of(options_.strides.empty() ? pool_size_ : options_.strides);
-  config["data_format"] = options_.data_format;
+namespace {
+// MaxPooling2D's and AveragePooling2D's config: the same fields, Keras' Pooling2D's.
+nlohmann::json pooling_config(nlohmann::json config, const std::vector<std::int64_t>& pool_size,
+                              const Pooling2DOptions& options) {
+  config["pool_size"] = pair_of(pool_size);
+  config["padding"] = options.padding;
+  config["strides"] = pair_of(options.strides.empty() ? pool_size : options.strides);
+  config["data_format"] = options.data_format;
   return config;
 }
 
-LayerPtr MaxPooling2D::from_config(LayerConfig& config) {
+template <typename Pooling>
+LayerPtr pooling_from_config(LayerConfig& config) {
   Pooling2DOptions options;
   options.name = config.name();
   std::vector<std::int64_t> pool_size = config.integers("pool_size", std::vector<std::int64_t>{2, 2});
   options.padding = config.string("padding", "valid");
   options.strides = config.integers("strides", std::vector<std::int64_t>{});
   options.data_format = config.string("data_format", "channels_last");
-  return std::make_shared<MaxPooling2D>(pool_size, options);
+  return std::make_shared<Pooling>(pool_size, options);
 }
+}  // namespace
 
+nlohmann::json MaxPooling2D::get_config() const { return pooling_config(Layer::get_config(), pool_size_, options_); }
+LayerPtr MaxPooling2D::from_config(LayerConfig& config) { return pooling_from_config<MaxPooling2D>(config); }
 
 nlohmann::json AveragePooling2D::get_config() const {
-  nlohmann::json config = Layer::get_config();
-  config["pool_size"] = pair_of(pool_size_);
-  config["padding"] = options_.padding;
-  config["strides"] = pair_of(options_.strides.empty() ? pool_size_ : options_.strides);
-  config["data_format"] = options_.data_format;
-  return config;
+  return pooling_config(Layer::get_config(), pool_size_, options_);
 }
-
-LayerPtr AveragePooling2D::from_config(LayerConfig& config) {
-  Pooling2DOptions options;
-  options.name = config.name();
-  std::vector<std::int64_t> pool_size = config.integers("pool_size", std::vector<std::int64_t>{2, 2});
-  options.padding = config.string("padding", "valid");
-  options.strides = config.integers("strides", std::vector<std::int64_t>{});
-  options.data_format = config.string("data_format", "channels_last");
-  return std::make_shared<AveragePooling2D>(pool_size, options);
-}
-
+LayerPtr AveragePooling2D::from_config(LayerConfig& config) { return pooling_from_config<AveragePooling2D>(config); }
 
 nlohmann::json GlobalAveragePooling2D::get_config() const {
   nlohmann::json config = Layer::get_config();

@@ -155,19 +155,7 @@ Tensor Layer::operator()(const Tensor& inputs, bool training) {
   return handed_out(place_output(outputs, sharded, layout), step_context, *sharded);
 }
 
-std::string Layer::class_name() const {
-  std::string name;
-  bool upper = true;
-  for (char c : prefix_) {
-    if (c == '_') {
-      upper = true;
-      continue;
-    }
-    name += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
-    upper = false;
-  }
-  return name;
-}
+std::string Layer::class_name() const { return from_snake_case(prefix_); }
 
 Shape Variable::global_shape() const {
   std::optional<distribution::Sharding> sharding = distribution::sharding_of(value);

@@ -283,6 +283,20 @@ std::string to_snake_case(const std::string& class_name) {
   return second;
 }
 
+std::string from_snake_case(const std::string& name) {
+  std::string result;
+  bool upper = true;
+  for (char c : name) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    result += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    upper = false;
+  }
+  return result;
+}
+
 namespace config_json {
 
 nlohmann::json serialized(const std::string& module, const std::string& class_name, nlohmann::json config) {
@@ -308,7 +322,7 @@ nlohmann::json initializer(const initializers::InitializerPtr& initializer, cons
       scaling != nullptr && name == "variance_scaling") {
     config["scale"] = scaling->scale();
     config["mode"] = scaling->mode();
-    config["distribution"] = scaling->distribution() == "normal" ? "untruncated_normal" : scaling->distribution();
+    config["distribution"] = scaling->distribution_kind() == "normal" ? "untruncated_normal" : scaling->distribution_kind();
   }
   if (auto* uniform = dynamic_cast<const initializers::RandomUniform*>(initializer.get())) {
     config["minval"] = uniform->minval();
@@ -319,17 +333,7 @@ nlohmann::json initializer(const initializers::InitializerPtr& initializer, cons
     config["stddev"] = normal->stddev();
   }
   // Keras' class name: glorot_uniform -> GlorotUniform, he_normal -> HeNormal.
-  std::string class_name;
-  bool upper = true;
-  for (char c : name) {
-    if (c == '_') {
-      upper = true;
-      continue;
-    }
-    class_name += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
-    upper = false;
-  }
-  return serialized("keras.initializers", class_name, std::move(config));
+  return serialized("keras.initializers", from_snake_case(name), std::move(config));
 }
 
 std::string activation(const std::string& name) { return name.empty() ? "linear" : name; }

@@ -65,6 +65,9 @@ class LayerConfig {
 // Keras' snake_case of a class name: "GlobalAveragePooling2D" -> "global_average_pooling2d",
 // "ReLU" -> "re_lu" (a layer's default name, and its group in weight files).
 std::string to_snake_case(const std::string& class_name);
+// The other way, as Keras' class names are spelt from snake_case ones: "glorot_uniform" ->
+// "GlorotUniform", "layer_normalization" -> "LayerNormalization".
+std::string from_snake_case(const std::string& name);
 
 namespace config_json {
 
