@@ -105,6 +105,7 @@ AllocationBudget::AllocationBudget(std::size_t bytes, std::string what)
   current_budget = this;
 }
 
+// Scopes end in the reverse order they began, on their own thread (they are locals).
 AllocationBudget::~AllocationBudget() { current_budget = outer_; }
 
 Storage::Storage(std::size_t bytes, Device device) : bytes_(bytes), device_(device) {
@@ -119,6 +120,14 @@ Storage::Storage(std::size_t bytes, Device device) : bytes_(bytes), device_(devi
     }
     budget_in_use_ = budget->in_use_;
   }
+  // Whatever the allocation below throws, the budget gets its bytes back.
+  struct GiveBack {
+    Storage* storage;
+    bool armed = true;
+    ~GiveBack() {
+      if (armed && storage->budget_in_use_) storage->budget_in_use_->fetch_sub(static_cast<std::int64_t>(storage->capacity_));
+    }
+  } give_back{this};
   Pool& pool = pool_for(device);
   {
     std::lock_guard lock(pool.mutex);
@@ -129,10 +138,12 @@ Storage::Storage(std::size_t bytes, Device device) : bytes_(bytes), device_(devi
       pool.stats.cached_bytes -= capacity_;
       pool.stats.in_use_bytes += capacity_;
       pool.stats.cached_allocations += 1;
+      give_back.armed = false;
       return;
     }
   }
   data_ = system_allocate(capacity_, device);
+  give_back.armed = false;
   std::lock_guard lock(pool.mutex);
   pool.stats.fresh_allocations += 1;
   pool.stats.in_use_bytes += capacity_;

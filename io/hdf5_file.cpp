@@ -15,9 +15,11 @@ namespace {
 static_assert(std::is_same_v<hid_t, std::int64_t>, "HDF5 1.10+ identifiers are 64-bit");
 
 // HDF5 prints its error stack on stderr by default; our errors say what failed instead.
+// Plugins stay unloaded: a file naming an unknown filter must not make HDF5 dlopen a library.
 void silence_library() {
   static const bool silenced = [] {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    H5PLset_loading_state(0);
     return true;
   }();
   (void)silenced;
@@ -92,7 +94,22 @@ std::string Group::describe(const std::string& name) const {
 bool Group::has(const std::string& name) const {
   // H5Lexists takes one link name here (no '/'), so no intermediate group can be missing.
   if (name.empty() || name.find('/') != std::string::npos) return false;
-  return H5Lexists(handle_.get(), name.c_str(), H5P_DEFAULT) > 0;
+  if (H5Lexists(handle_.get(), name.c_str(), H5P_DEFAULT) <= 0) return false;
+  // Only hard links: a soft or external one could lead to another file (or a FIFO).
+  H5L_info_t link;
+  if (H5Lget_info(handle_.get(), name.c_str(), &link, H5P_DEFAULT) < 0 || link.type != H5L_TYPE_HARD) {
+    throw FileFormatError(str(describe(name), " is a soft or external link; weight files hold only their own "
+                              "groups and datasets"));
+  }
+  return true;
+}
+
+std::uint64_t Group::object_address(const std::string& name) const {
+  H5O_info_t info;
+  if (!has(name) || H5Oget_info_by_name(handle_.get(), name.c_str(), &info, H5P_DEFAULT) < 0) {
+    throw FileFormatError(str(describe(name), " cannot be read (damaged file?)"));
+  }
+  return static_cast<std::uint64_t>(info.addr);
 }
 
 namespace {
@@ -113,9 +130,14 @@ bool Group::has_dataset(const std::string& name) const {
 
 std::vector<std::string> Group::member_names() const {
   std::vector<std::string> names;
+  // No exception may cross libhdf5's C frames: a failure stops the iteration instead.
   auto collect = [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
-    static_cast<std::vector<std::string>*>(data)->emplace_back(name);
-    return 0;
+    try {
+      static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+      return 0;
+    } catch (...) {
+      return -1;
+    }
   };
   hsize_t index = 0;
   if (H5Literate(handle_.get(), H5_INDEX_NAME, H5_ITER_INC, &index, collect, &names) < 0) {
@@ -218,6 +240,42 @@ DatasetInfo Group::dataset_info(const std::string& name) const {
   return info;
 }
 
+void Group::check_storage(const Handle& dataset, const std::string& name, const DatasetInfo& info, DType dtype) const {
+  // The data must lie in this file, in a layout HDF5 reads without surprises: not in other
+  // files (external storage, virtual datasets), and in chunks no larger than the dataset
+  // (HDF5 reads a whole chunk to give any part of it), compressed by deflate at most.
+  Handle properties = checked(H5Dget_create_plist(dataset.get()), str(describe(name), " has no storage properties"));
+  H5D_layout_t layout = H5Pget_layout(properties.get());
+  if (layout == H5D_VIRTUAL || H5Pget_external_count(properties.get()) != 0) {
+    throw FileFormatError(str(describe(name), " keeps its data outside the file (external or virtual storage)"));
+  }
+  if (layout != H5D_CHUNKED) return;
+  int rank = H5Pget_chunk(properties.get(), kMaxRank, nullptr);
+  std::vector<hsize_t> chunk(static_cast<std::size_t>(std::max(rank, 0)));
+  if (rank < 0 || H5Pget_chunk(properties.get(), rank, chunk.data()) < 0) {
+    throw FileFormatError(str(describe(name), " has an unreadable chunk shape"));
+  }
+  double chunk_elements = 1, elements = 1;
+  for (hsize_t dimension : chunk) chunk_elements *= static_cast<double>(dimension);
+  for (std::int64_t dimension : info.shape) elements *= static_cast<double>(dimension);
+  if (chunk_elements > 2 * elements + 65536) {
+    throw FileFormatError(str(describe(name), " is stored in chunks of ", chunk_elements, " elements, more than its ",
+                              elements));
+  }
+  int filters = H5Pget_nfilters(properties.get());
+  for (int index = 0; index < filters; ++index) {
+    unsigned flags = 0;
+    std::size_t count = 0;
+    H5Z_filter_t filter = H5Pget_filter2(properties.get(), static_cast<unsigned>(index), &flags, &count, nullptr, 0,
+                                         nullptr, nullptr);
+    if (filter != H5Z_FILTER_DEFLATE && filter != H5Z_FILTER_SHUFFLE && filter != H5Z_FILTER_FLETCHER32) {
+      throw FileFormatError(str(describe(name), " is compressed by filter ", filter,
+                                "; weight files here may use deflate, shuffle and fletcher32 only"));
+    }
+  }
+  (void)dtype;
+}
+
 Tensor Group::read_dataset(const std::string& name, DType dtype, const Shape& starts,
                            const Shape& sizes) const {
   DatasetInfo info = dataset_info(name);
@@ -238,6 +296,7 @@ Tensor Group::read_dataset(const std::string& name, DType dtype, const Shape& st
   if (result.size() == 0) return result;
   Handle dataset = checked(H5Dopen2(handle_.get(), name.c_str(), H5P_DEFAULT),
                            str(describe(name), " cannot be opened"));
+  check_storage(dataset, name, info, dtype);
   Handle file_space = checked(H5Dget_space(dataset.get()), str(describe(name), " has no shape"));
   Handle memory_space;
   if (!block.empty()) {
@@ -291,9 +350,10 @@ Group File::root() const {
 void File::close() {
   if (!handle_.valid()) return;
   hid_t id = handle_.get();
-  Handle released = std::move(handle_);  // closed below, once
   bool flushed = H5Fflush(id, H5F_SCOPE_GLOBAL) >= 0;
-  if (!flushed) throw Error(str("'", path_, "': HDF5 could not write what it holds"));
+  // Closed here, its result checked: the last writes may happen in the close itself.
+  bool closed = H5Fclose(handle_.release()) >= 0;
+  if (!flushed || !closed) throw Error(str("'", path_, "': HDF5 could not write what it holds"));
 }
 
 }  // namespace keras::io::hdf5

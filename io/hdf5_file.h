@@ -26,6 +26,12 @@ class Handle {
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
   std::int64_t get() const { return id_; }
+  // Hands the identifier over without closing it.
+  std::int64_t release() {
+    std::int64_t id = id_;
+    id_ = -1;
+    return id;
+  }
   bool valid() const { return id_ >= 0; }
 
  private:
@@ -44,9 +50,13 @@ class Group {
   Group(Handle handle, std::string file_path, std::string path);
 
   const std::string& path() const { return path_; }
+  // Whether `name` is a member. A soft or external link is refused (FileFormatError).
   bool has(const std::string& name) const;
   bool has_group(const std::string& name) const;
   bool has_dataset(const std::string& name) const;
+  // The object's address in the file: the same for every link to one object, so a walk can
+  // tell a group it has seen (a cycle of hard links) from a new one.
+  std::uint64_t object_address(const std::string& name) const;
   // The names of this group's members, in HDF5's name order.
   std::vector<std::string> member_names() const;
   // Throws FileFormatError when there is no group `name`.
@@ -70,6 +80,8 @@ class Group {
 
  private:
   std::string describe(const std::string& name) const;
+  // Refuses data kept outside the file, chunks larger than the dataset and unknown filters.
+  void check_storage(const Handle& dataset, const std::string& name, const DatasetInfo& info, DType dtype) const;
   Handle handle_;
   std::string file_path_;
   std::string path_;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <exception>
@@ -75,10 +76,11 @@ class ZipReader {
     zip_stat_t stat;
     zip_stat_init(&stat);
     if (index < 0 || zip_stat_index(archive_, static_cast<zip_uint64_t>(index), 0, &stat) != 0 ||
-        !(stat.valid & ZIP_STAT_SIZE)) {
+        !(stat.valid & ZIP_STAT_SIZE) || !(stat.valid & ZIP_STAT_COMP_SIZE)) {
       return 0;
     }
-    return stat.size;
+    // Never more than its compressed bytes could expand to (reading it checks the rest).
+    return std::min<std::uint64_t>(stat.size, std::max<std::uint64_t>(stat.comp_size, 4096) * kMaxExpansion);
   }
 
   // The entry's text, at most `limit` bytes however large it claims or turns out to be.
@@ -165,10 +167,12 @@ class ZipReader {
 // A file of a unique name in the temporary directory, removed when done.
 class TemporaryFile {
  public:
-  explicit TemporaryFile(const std::string& stem) {
+  TemporaryFile(const std::string& stem, const char* caller) {
     std::string pattern = (std::filesystem::temp_directory_path() / (stem + "-XXXXXX")).string();
     int descriptor = ::mkstemp(pattern.data());
-    if (descriptor < 0) throw Error(str("load_model: cannot create a temporary file: ", std::strerror(errno)));
+    if (descriptor < 0) {
+      throw Error(str(caller, ": cannot create a temporary file ", pattern, ": ", std::strerror(errno)));
+    }
     ::close(descriptor);
     path_ = pattern;
   }
@@ -247,11 +251,15 @@ std::optional<std::string> compile_from_config(Model& model, const nlohmann::jso
     return "its optimizer sets loss_scale_factor, which keras-cpp does not have";
   }
   if (fields.value("amsgrad", false) != false) return "its optimizer uses amsgrad, which keras-cpp does not have";
+  auto whole = [](std::optional<double> value, double most) {
+    return value && *value >= 0 && *value <= most && *value == std::floor(*value);
+  };
   std::optional<double> rate = number("learning_rate", 0.001);
   if (!rate) return "its learning rate is a schedule, which loading does not carry over yet";
   double weight_decay = number("weight_decay", 0.0).value_or(0.0);
   std::string name = to_snake_case(class_name);
   std::shared_ptr<optimizers::Optimizer> optimizer;
+  try {
   if (name == "adam") {
     optimizer = std::make_shared<optimizers::Adam>(*rate, number("beta_1", 0.9).value_or(0.9),
                                                    number("beta_2", 0.999).value_or(0.999),
@@ -275,6 +283,9 @@ std::optional<std::string> compile_from_config(Model& model, const nlohmann::jso
   } else {
     return str("its optimizer is '", class_name, "', which keras-cpp does not have");
   }
+  } catch (const Error& error) {
+    return str("its optimizer's arguments are refused: ", error.what());
+  }
   // The base optimizer's options, as Keras' base Optimizer takes them.
   try {
     for (const char* key : {"clipnorm", "global_clipnorm", "clipvalue"}) {
@@ -287,11 +298,11 @@ std::optional<std::string> compile_from_config(Model& model, const nlohmann::jso
       }
     }
     std::optional<double> steps = number("gradient_accumulation_steps", 0.0);
-    if (!steps) return "its optimizer's gradient_accumulation_steps is not a number";
+    if (!whole(steps, 1e6)) return "its optimizer's gradient_accumulation_steps is not a whole number up to 10^6";
     if (*steps > 1) optimizer->set_gradient_accumulation_steps(static_cast<int>(*steps));
     if (fields.value("use_ema", false) == true) {
       std::optional<double> momentum = number("ema_momentum", 0.99), frequency = number("ema_overwrite_frequency", 0.0);
-      if (!momentum || !frequency) return "its optimizer's moving-average options are not numbers";
+      if (!momentum || !whole(frequency, 1e9)) return "its optimizer's moving-average options are not numbers (a whole frequency)";
       optimizer->set_ema(true, *momentum, static_cast<int>(*frequency));
     }
   } catch (const Error& error) {
@@ -303,6 +314,15 @@ std::optional<std::string> compile_from_config(Model& model, const nlohmann::jso
     loss_name = loss.get<std::string>();
   } else if (loss.is_object() && loss.value("class_name", nlohmann::json()).is_string()) {
     loss_name = to_snake_case(loss["class_name"].get<std::string>());
+    // Made by name here, so only a loss at Keras' defaults is taken as it is.
+    const nlohmann::json loss_config = loss.value("config", nlohmann::json::object());
+    if (!loss_config.is_object()) return "its loss's config is not an object";
+    for (const auto& [key, value] : loss_config.items()) {
+      bool at_default = key == "name" || key == "dtype" || (key == "reduction" && value == "sum_over_batch_size") ||
+                        ((key == "from_logits" || key == "ignore_class" || key == "axis") && (value == false || value.is_null() || value == -1)) ||
+                        (key == "label_smoothing" && value == 0);
+      if (!at_default) return str("its loss sets ", key, " = ", value.dump().substr(0, 80), ", which loading does not carry over yet");
+    }
   } else {
     return "its loss is not one loss by name (several or a function)";
   }
@@ -327,20 +347,20 @@ std::optional<std::string> compile_from_config(Model& model, const nlohmann::jso
 
 }  // namespace
 
-nlohmann::json parse_config_text(const std::string& text) {
+nlohmann::json parse_config_text(const std::string& text, const char* entry) {
   if (text.size() > kMaxConfigBytes) {
-    throw FileFormatError(str("load_model: config.json is ", text.size(), " bytes; at most ", kMaxConfigBytes));
+    throw FileFormatError(str("load_model: ", entry, " is ", text.size(), " bytes; at most ", kMaxConfigBytes));
   }
-  auto depth_limit = [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+  auto depth_limit = [entry](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
     if (depth > kMaxConfigDepth) {
-      throw FileFormatError(str("load_model: config.json nests deeper than ", kMaxConfigDepth, " levels"));
+      throw FileFormatError(str("load_model: ", entry, " nests deeper than ", kMaxConfigDepth, " levels"));
     }
     return true;
   };
   try {
     return nlohmann::json::parse(text, depth_limit);
   } catch (const nlohmann::json::exception& error) {
-    throw FileFormatError(str("load_model: config.json is not valid JSON: ", error.what()));
+    throw FileFormatError(str("load_model: ", entry, " is not valid JSON: ", error.what()));
   }
 }
 
@@ -352,7 +372,10 @@ void save_model(Model& model, const std::string& path) {
   std::string config = model_config(model).dump();
   nlohmann::json metadata = {{"keras_version", kKerasFormatVersion}, {"date_saved", date_saved()},
                              {"keras_cpp_version", version()}};
-  std::string weights_path = path + ".weights-in-progress.h5";
+  // A temporary of a unique name per process and save (processes of a replicated model each
+  // write their own copy).
+  TemporaryFile weights_file("keras-save-model", "save");
+  const std::string& weights_path = weights_file.path();
   // Every process takes part in the weights' gathers; the one that wrote them zips them.
   WeightsWritten weights = save_keras_weights(model, weights_path);
   std::exception_ptr failure;
@@ -362,7 +385,6 @@ void save_model(Model& model, const std::string& path) {
     } catch (...) {
       failure = std::current_exception();
     }
-    std::remove(weights_path.c_str());
   }
   if (!weights.collective) {
     if (failure) std::rethrow_exception(failure);
@@ -383,7 +405,7 @@ std::shared_ptr<Model> load_model(const std::string& path, bool compile) {
   }
   saving::ZipReader archive(path);
   if (archive.has(saving::kMetadataEntry)) {
-    saving::parse_config_text(archive.read(saving::kMetadataEntry, saving::kMaxMetadataBytes));
+    saving::parse_config_text(archive.read(saving::kMetadataEntry, saving::kMaxMetadataBytes), saving::kMetadataEntry);
   }
   nlohmann::json config = saving::parse_config_text(archive.read(saving::kConfigEntry, saving::kMaxConfigBytes));
   // The model is built before its weights can be checked against it: what it may hold is
@@ -409,7 +431,7 @@ std::shared_ptr<Model> load_model(const std::string& path, bool compile) {
     }
   }
   // Each process reads its own blocks from its own copy of the weights.
-  saving::TemporaryFile weights("keras-load-model");
+  saving::TemporaryFile weights("keras-load-model", "load_model");
   archive.extract(saving::kWeightsEntry, weights.path());
   saving::load_keras_weights(*model, weights.path());
   return model;

@@ -23,7 +23,7 @@ inline constexpr std::size_t kMaxConfigBytes = 64u << 20;
 inline constexpr int kMaxConfigDepth = 64;
 // config.json's text parsed with those limits (FileFormatError past them or on bad JSON).
 // Exposed for the fuzzer of tests/fuzz.
-nlohmann::json parse_config_text(const std::string& text);
+nlohmann::json parse_config_text(const std::string& text, const char* entry = "config.json");
 }  // namespace saving
 
 // Keras' keras.saving.load_model: the model in a .keras archive, built and with its weights.

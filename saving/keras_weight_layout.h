@@ -21,6 +21,7 @@
 #include "layers/layer.h"
 
 namespace keras {
+class FunctionalGraph;
 class Model;
 namespace optimizers {
 class Optimizer;
@@ -38,6 +39,15 @@ struct WeightGroup {
   std::string key(std::size_t index) const;
   std::string vars_path() const;
 };
+
+// A functional model's layers in Keras' order (its map_graph: by decreasing depth from the
+// outputs, ties in the order a walk from the outputs first reaches them), which numbers the
+// layers of each class in weight files and orders the optimizer's variables. It differs from
+// the order the graph runs them in: for concat([b(x), a2(a1(x))]) Keras has a1, b, a2.
+std::vector<LayerPtr> keras_layer_order(const FunctionalGraph& graph);
+// Keras' model.trainable_variables: each layer's own, then its sublayers', in Keras' layer
+// order, leaving out frozen layers (set_trainable(false)); the optimizer's variables follow it.
+std::vector<Variable*> keras_trainable_variables(Model& model);
 
 // Every group of `model`, parents before children, the model's own last as Keras writes it
 // (the order does not matter to a reader: groups are found by path).

@@ -2,6 +2,7 @@
 #include "saving/keras_weights_file.h"
 
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -81,13 +82,7 @@ std::string keras_optimizer_name(const std::string& name) {
   return lower;
 }
 
-std::vector<Variable*> trainable_variables(Model& model) {
-  std::vector<Variable*> result;
-  for (Variable* variable : model.variables()) {
-    if (variable->trainable) result.push_back(variable);
-  }
-  return result;
-}
+std::vector<Variable*> trainable_variables(Model& model) { return keras_trainable_variables(model); }
 
 std::string where(const WeightGroup& group) {
   return group.path.empty() ? std::string("the model itself") : str("'", group.path, "'");
@@ -114,7 +109,10 @@ Tensor read_checked(const Group& vars, const std::string& index, const Shape& ex
                          "' holds integers; ", what, " is ", dtype_name(like.dtype())));
   }
   auto [starts, sizes] = block_of(like);
-  Tensor block = vars.read_dataset(index, float32, starts, sizes);
+  // Read in the variable's own dtype where HDF5 converts to it (float64 keeps its precision,
+  // integers their range), else as float32 and cast.
+  DType read_as = like.dtype() == float64 || like.dtype() == int64 || like.dtype() == int32 ? like.dtype() : float32;
+  Tensor block = vars.read_dataset(index, read_as, starts, sizes);
   return block.dtype() == like.dtype() ? block : ops::cast(block, like.dtype());
 }
 
@@ -173,7 +171,9 @@ WeightsWritten save_keras_weights(Model& model, const std::string& path) {
       const OptimizerEntry& entry = entries[index];
       Tensor tensor;
       if (entry.kind == Kind::iterations) {
-        tensor = Tensor::scalar(static_cast<double>(optimizer.iterations()), int64);
+        // Keras' _iterations counts every apply() call; its iterations property divides by
+        // gradient_accumulation_steps. The file holds the calls.
+        tensor = Tensor::scalar(static_cast<double>(optimizer.calls()), int64);
       } else if (entry.kind == Kind::learning_rate) {
         tensor = Tensor::scalar(optimizer.learning_rate(), float32);
       } else {
@@ -225,20 +225,25 @@ std::size_t dataset_count(const Group& group) {
 }
 
 // Every dataset's path below `group`, bounded: a damaged or hostile file may nest groups
-// without end or link a group into itself.
+// without end or link a group into itself (each object is visited once, by its address).
 void collect_datasets(const Group& group, int depth, std::vector<std::string>& found,
-                      const std::string& file_path) {
+                      std::set<std::uint64_t>& visited, const std::string& file_path) {
   constexpr int kMaxDepth = 64;
-  constexpr std::size_t kMaxObjects = 1'000'000;
-  if (depth > kMaxDepth || found.size() > kMaxObjects) {
+  constexpr std::size_t kMaxObjects = 100'000;
+  if (depth > kMaxDepth || visited.size() > kMaxObjects) {
     throw FileFormatError(str("load_weights: '", file_path, "' nests groups deeper than ", kMaxDepth,
                               " or holds over ", kMaxObjects, " objects (damaged or hostile file?)"));
   }
   for (const std::string& name : group.member_names()) {
+    if (!visited.insert(group.object_address(name)).second) {
+      throw FileFormatError(str("load_weights: '", file_path, "' links '", group.path(), "/", name,
+                                "' to an object it already holds (a cycle or a shared dataset); weight files "
+                                "hold each object once"));
+    }
     if (group.has_dataset(name)) {
       found.push_back(group.path().empty() ? name : group.path() + "/" + name);
     } else if (group.has_group(name)) {
-      collect_datasets(group.group(name), depth + 1, found, file_path);
+      collect_datasets(group.group(name), depth + 1, found, visited, file_path);
     }
   }
 }
@@ -291,13 +296,18 @@ std::optional<OptimizerState> read_optimizer(const Group& root, Model& model, co
       }
       if (entry.kind == Kind::iterations) {
         std::int64_t iterations = vars->read_dataset(name, int64).to_vector<std::int64_t>()[0];
-        if (iterations < 0) {
-          throw FileFormatError(str("load_weights: '", path, "' gives the optimizer ", iterations,
-                                    " iterations; expected a count of 0 or more"));
+        if (iterations < 0 || iterations > (std::int64_t{1} << 53)) {
+          throw FileFormatError(str("load_weights: 'optimizer/vars/", name, "' in '", path, "' gives the optimizer ",
+                                    iterations, " iterations; expected a count from 0 to 2^53"));
         }
         state.iterations = iterations;
       } else {
-        state.learning_rate = vars->read_dataset(name, float64).to_vector<double>()[0];
+        double rate = vars->read_dataset(name, float64).to_vector<double>()[0];
+        if (!std::isfinite(rate) || rate < 0) {
+          throw FileFormatError(str("load_weights: 'optimizer/vars/", name, "' in '", path,
+                                    "' gives the learning rate ", rate, "; expected a finite rate of 0 or more"));
+        }
+        state.learning_rate = rate;
       }
       continue;
     }
@@ -310,7 +320,7 @@ std::optional<OptimizerState> read_optimizer(const Group& root, Model& model, co
 }
 
 void apply_optimizer(optimizers::Optimizer& optimizer, const OptimizerState& state) {
-  if (state.iterations) optimizer.set_iterations(*state.iterations);
+  if (state.iterations) optimizer.set_calls(*state.iterations);
   if (state.learning_rate && !optimizer.learning_rate_schedule()) optimizer.set_learning_rate(*state.learning_rate);
   std::map<Variable*, std::vector<Tensor>> slots;
   std::map<Variable*, optimizers::Optimizer::OutsideSlots> outside;
@@ -332,13 +342,48 @@ void apply_optimizer(optimizers::Optimizer& optimizer, const OptimizerState& sta
 
 }  // namespace
 
+namespace {
+void read_keras_weights(Model& model, const std::string& path, const std::vector<WeightGroup>& groups,
+                        std::vector<std::pair<Variable*, Tensor>>& values,
+                        std::optional<OptimizerState>& optimizer_state);
+}  // namespace
+
 void load_keras_weights(Model& model, const std::string& path) {
+  std::vector<WeightGroup> groups = keras_weight_groups(model);
+  // A sharded model is loaded by every process, each reading its blocks: a failure on one
+  // (a damaged region only it reads, a full disk) is shared, so none goes on alone.
+  bool sharded = false;
+  for (const WeightGroup& group : groups) {
+    for (Variable* variable : group.variables) sharded = sharded || variable->sharded();
+  }
+  bool collective = sharded && distribution::world().size() > 1;
+  std::vector<std::pair<Variable*, Tensor>> values;
+  std::optional<OptimizerState> optimizer_state;
+  std::exception_ptr failure;
+  try {
+    read_keras_weights(model, path, groups, values, optimizer_state);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  if (collective) {
+    distribution::agree_on_failure(failure, str("load_weights: reading '", path, "'"));
+  } else if (failure) {
+    std::rethrow_exception(failure);
+  }
+  NoGradGuard no_grad;
+  for (auto& [variable, value] : values) variable->value.assign(value);
+  if (optimizer_state) apply_optimizer(model.optimizer(), *optimizer_state);
+}
+
+namespace {
+
+void read_keras_weights(Model& model, const std::string& path, const std::vector<WeightGroup>& groups,
+                        std::vector<std::pair<Variable*, Tensor>>& values,
+                        std::optional<OptimizerState>& optimizer_state) {
   io::hdf5::File file = io::hdf5::File::open(path);
   Group root = file.root();
-  std::vector<WeightGroup> groups = keras_weight_groups(model);
 
   // Every block is read and checked first; nothing changes until all are.
-  std::vector<std::pair<Variable*, Tensor>> values;
   std::set<std::string> expected;
   for (const WeightGroup& group : groups) {
     std::optional<Group> vars = find_group(root, group.vars_path());
@@ -369,7 +414,8 @@ void load_keras_weights(Model& model, const std::string& path) {
   for (const std::string& name : root.member_names()) {
     if (name == "optimizer" || !root.has_group(name)) continue;
     std::vector<std::string> found;
-    collect_datasets(root.group(name), 1, found, path);
+    std::set<std::uint64_t> visited;
+    collect_datasets(root.group(name), 1, found, visited, path);
     for (const std::string& dataset : found) {
       if (!expected.count(dataset)) {
         throw ValueError(str("load_weights: '", path, "' has weight '", dataset, "', for which model '",
@@ -377,11 +423,8 @@ void load_keras_weights(Model& model, const std::string& path) {
       }
     }
   }
-  std::optional<OptimizerState> optimizer_state = read_optimizer(root, model, path);
-
-  NoGradGuard no_grad;
-  for (auto& [variable, value] : values) variable->value.assign(value);
-  if (optimizer_state) apply_optimizer(model.optimizer(), *optimizer_state);
+  optimizer_state = read_optimizer(root, model, path);
 }
 
+}  // namespace
 }  // namespace keras::saving

@@ -191,11 +191,24 @@ KerasTensor call_layer(const LayerPtr& layer, const nlohmann::json& node, const 
   return (*layer)(graph.argument(args[0]));
 }
 
+// Past this many layers a config is refused: a graph is torn down recursively, and no model
+// of this engine's size has near as many.
+constexpr std::size_t kMaxLayers = 10'000;
+
+void check_layer_count(const nlohmann::json& layers) {
+  if (layers.size() > kMaxLayers) {
+    throw FileFormatError(str("load_model: the config lists ", layers.size(), " layers; at most ", kMaxLayers,
+                              " are made"));
+  }
+}
+
 std::shared_ptr<Model> functional_from_config(const nlohmann::json& config) {
   if (!config.contains("layers") || !config["layers"].is_array()) {
     throw FileFormatError("load_model: the functional model's config has no \"layers\" list");
   }
+  check_layer_count(config["layers"]);
   GraphBuilder graph;
+  std::size_t calls = 0;
   for (const nlohmann::json& entry : config["layers"]) {
     if (!entry.is_object()) throw FileFormatError("load_model: a layer entry is not an object");
     LayerPtr layer = layer_from_config(entry);
@@ -209,6 +222,10 @@ std::shared_ptr<Model> functional_from_config(const nlohmann::json& config) {
     if (!nodes.is_array()) throw FileFormatError(str("load_model: layer '", name, "' has no inbound_nodes list"));
     if (nodes.empty()) {
       throw NotImplementedError(str("load_model: layer '", name, "' is never called in the model"));
+    }
+    calls += nodes.size();
+    if (calls > 10 * kMaxLayers) {
+      throw FileFormatError(str("load_model: the config makes over ", 10 * kMaxLayers, " calls of layers"));
     }
     for (const nlohmann::json& node : nodes) graph.add_call(name, call_layer(layer, node, graph));
   }
@@ -229,6 +246,7 @@ std::shared_ptr<Model> sequential_from_config(const nlohmann::json& config, cons
   if (!config.contains("layers") || !config["layers"].is_array()) {
     throw FileFormatError("load_model: the Sequential's config has no \"layers\" list");
   }
+  check_layer_count(config["layers"]);
   std::string name = config.value("name", nlohmann::json("")).is_string() ? config.value("name", std::string()) : "";
   auto model = std::make_shared<Sequential>(std::vector<AnyLayer>{}, name);
   std::optional<Shape> input_shape;

@@ -128,6 +128,21 @@ TEST_F(KerasWeightsFileTest, RoundTripWithOptimizerIntoASecondInstance) {
   }
 }
 
+TEST_F(KerasWeightsFileTest, FrozenLayersHaveNoOptimizerState) {
+  // As Keras: a frozen layer's variables are not the optimizer's, so a fine-tuning model's file
+  // holds state for the layers that train only (and Keras reads it back).
+  testing::Blobs data = testing::make_blobs(32, 5);
+  Sequential model = small_mlp();
+  model(data.x);
+  model.layers()[0]->set_trainable(false);
+  model.compile(optimizers::Adam(), losses::SparseCategoricalCrossentropy(true));
+  model.fit(data.x, data.y, {.batch_size = 32, .epochs = 1, .verbose = 0});
+  model.save_weights(file("frozen.weights.h5"));
+  io::hdf5::File saved = io::hdf5::File::open(file("frozen.weights.h5"));
+  // iterations, learning_rate, then two moments for each of gamma, beta, kernel and bias.
+  EXPECT_EQ(saved.root().group("optimizer").group("vars").member_names().size(), 2u + 2u * 4u);
+}
+
 TEST_F(KerasWeightsFileTest, ResumedTrainingMatchesUninterrupted) {
   testing::Blobs data = testing::make_blobs(64, 7);
   auto make = [] {
@@ -299,7 +314,50 @@ TEST_F(HostileWeightsFile, LyingShapesAndTypesAreRefusedBeforeReading) {
   std::string cycle = make("cycle.weights.h5", [](hid_t id) {
     H5Lcreate_hard(id, "layers", id, "layers/dense/loop", H5P_DEFAULT, H5P_DEFAULT);
   });
-  expect_throw_with<FileFormatError>([&] { model.load_weights(cycle); }, "nests groups deeper than");
+  expect_throw_with<FileFormatError>([&] { model.load_weights(cycle); }, "to an object it already holds");
+  // Two links back into itself: a walk without memory would take 2^64 steps.
+  std::string doubled = make("doubled.weights.h5", [](hid_t id) {
+    H5Lcreate_hard(id, "layers", id, "layers/dense/a", H5P_DEFAULT, H5P_DEFAULT);
+    H5Lcreate_hard(id, "layers", id, "layers/dense/b", H5P_DEFAULT, H5P_DEFAULT);
+  });
+  expect_throw_with<FileFormatError>([&] { model.load_weights(doubled); }, "to an object it already holds");
+  // A soft link, and an external one to another file.
+  std::string soft = make("soft.weights.h5", [](hid_t id) {
+    H5Ldelete(id, "layers/dense/vars/1", H5P_DEFAULT);
+    H5Lcreate_soft("/layers/dense/vars/0", id, "layers/dense/vars/1", H5P_DEFAULT, H5P_DEFAULT);
+  });
+  expect_throw_with<FileFormatError>([&] { model.load_weights(soft); }, "is a soft or external link");
+  std::string external = make("external.weights.h5", [](hid_t id) {
+    H5Ldelete(id, "layers/dense/vars/1", H5P_DEFAULT);
+    H5Lcreate_external("/etc/passwd", "/x", id, "layers/dense/vars/1", H5P_DEFAULT, H5P_DEFAULT);
+  });
+  expect_throw_with<FileFormatError>([&] { model.load_weights(external); }, "is a soft or external link");
+  // Data kept in another file (external storage), and chunks far larger than the dataset.
+  std::string outside = make("outside.weights.h5", [&](hid_t id) {
+    H5Ldelete(id, "layers/dense/vars/1", H5P_DEFAULT);
+    hid_t properties = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_external(properties, "/etc/hostname", 0, 8);
+    hsize_t dims[1] = {2};
+    hid_t space = H5Screate_simple(1, dims, nullptr);
+    hid_t dataset = H5Dcreate2(id, "layers/dense/vars/1", H5T_IEEE_F32LE, space, H5P_DEFAULT, properties, H5P_DEFAULT);
+    H5Dclose(dataset);
+    H5Sclose(space);
+    H5Pclose(properties);
+  });
+  expect_throw_with<FileFormatError>([&] { model.load_weights(outside); }, "keeps its data outside the file");
+  std::string chunky = make("chunky.weights.h5", [&](hid_t id) {
+    H5Ldelete(id, "layers/dense/vars/1", H5P_DEFAULT);
+    hid_t properties = H5Pcreate(H5P_DATASET_CREATE);
+    hsize_t chunk[1] = {1u << 26};
+    H5Pset_chunk(properties, 1, chunk);
+    hsize_t dims[1] = {2}, most[1] = {H5S_UNLIMITED};
+    hid_t space = H5Screate_simple(1, dims, most);
+    hid_t dataset = H5Dcreate2(id, "layers/dense/vars/1", H5T_IEEE_F32LE, space, H5P_DEFAULT, properties, H5P_DEFAULT);
+    H5Dclose(dataset);
+    H5Sclose(space);
+    H5Pclose(properties);
+  });
+  expect_throw_with<FileFormatError>([&] { model.load_weights(chunky); }, "is stored in chunks of");
   EXPECT_EQ(values_of(model(Tensor::ones({1, 3}))), values_of(before));
 }
 

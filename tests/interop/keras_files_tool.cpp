@@ -21,6 +21,7 @@ std::vector<Tensor> inputs_of(const std::string& name) {
   if (name == "mlp") return {normal({4, 8}, 1)};
   if (name == "convnet") return {ops::random({RandomDistribution::uniform, 0.0, 255.0, 2}, {4, 28, 28, 1}, float32)};
   if (name == "two_inputs") return {normal({4, 8}, 3), normal({4, 4}, 4)};
+  if (name == "branches") return {normal({4, 6}, 6)};
   return {normal({4, 5, 8}, 5)};
 }
 
