@@ -330,8 +330,9 @@ File File::create(const std::string& path) {
 File File::open(const std::string& path) {
   silence_library();
   std::error_code error;
+  if (!std::filesystem::exists(path, error)) throw FileNotFoundError(str("'", path, "': no such file"));
   if (!std::filesystem::is_regular_file(path, error)) {
-    throw FileNotFoundError(str("'", path, "': no such file"));
+    throw FileFormatError(str("'", path, "' is not a regular file (a directory, a FIFO, a device?)"));
   }
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     throw FileFormatError(str("'", path, "' is not an HDF5 file"));

@@ -65,6 +65,7 @@ EinsumDense::EinsumDense(std::string equation, Shape output_shape, EinsumDenseOp
                            "not part of the output spec '", output_term_, "' of '", equation_, "'"));
     }
   }
+  if (output_term_.empty()) throw invalid("the output names no dimension (not even the batch's)");
   const std::size_t named_outputs = output_term_.size() - (elided_ ? 0 : 1);
   if (output_shape_.size() != named_outputs) {
     throw ValueError(str("EinsumDense: output_shape ", shape_to_string(output_shape_), " has ",

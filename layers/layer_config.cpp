@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 
 #include "engine/errors.h"
 #include "layers/activations.h"
@@ -68,7 +69,10 @@ std::int64_t LayerConfig::integer(const char* key, std::optional<std::int64_t> f
     if (!fallback) malformed(key, "an integer");
     return *fallback;
   }
-  if (!value->is_number_integer()) malformed(key, "an integer");
+  if (!value->is_number_integer() ||
+      (value->is_number_unsigned() && value->get<std::uint64_t>() > std::uint64_t{INT64_MAX})) {
+    malformed(key, "an integer below 2^63");
+  }
   return value->get<std::int64_t>();
 }
 

@@ -400,8 +400,9 @@ std::shared_ptr<Model> load_model(const std::string& path, bool compile) {
     throw ValueError(str("load_model: the file name must end in '.keras' (Keras' archive), got '", path, "'"));
   }
   std::error_code error;
+  if (!std::filesystem::exists(path, error)) throw FileNotFoundError(str("load_model: '", path, "': no such file"));
   if (!std::filesystem::is_regular_file(path, error)) {
-    throw FileNotFoundError(str("load_model: '", path, "': no such file"));
+    throw FileFormatError(str("load_model: '", path, "' is not a regular file (a directory, a FIFO, a device?)"));
   }
   saving::ZipReader archive(path);
   if (archive.has(saving::kMetadataEntry)) {

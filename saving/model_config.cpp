@@ -152,7 +152,10 @@ class GraphBuilder {
   }
   void add_input(const std::string& name, KerasTensor tensor) { outputs_[name].push_back({std::move(tensor)}); }
   void add_call(const std::string& name, KerasTensor tensor) { outputs_[name].push_back({std::move(tensor)}); }
-  bool has(const std::string& name) const { return outputs_.count(name) > 0; }
+  bool has_call(const std::pair<std::string, std::size_t>& key) const {
+    auto found = outputs_.find(key.first);
+    return found != outputs_.end() && key.second < found->second.size();
+  }
 
  private:
   std::map<std::string, std::vector<std::vector<KerasTensor>>> outputs_;
@@ -208,26 +211,99 @@ std::shared_ptr<Model> functional_from_config(const nlohmann::json& config) {
   }
   check_layer_count(config["layers"]);
   GraphBuilder graph;
-  std::size_t calls = 0;
+  // Every layer is made first; its calls are then made as their inputs come to exist, each
+  // layer's calls in their order (Keras' node indices), as Keras defers a call that reads a
+  // layer listed after it (a shared layer called at two depths: d(e(d(x)))). Kahn's order:
+  // a call waits on the (layer, call) pairs it reads and on its layer's previous call.
+  struct Call {
+    LayerPtr layer;
+    std::size_t index;
+    const nlohmann::json* node;
+    std::size_t waiting = 0;
+  };
+  using Key = std::pair<std::string, std::size_t>;
+  std::vector<Call> calls;
+  std::map<std::string, std::size_t> calls_of;  // by layer name: how many it has (inputs: 1)
+  std::vector<nlohmann::json> nodes_of_layers;
+  nodes_of_layers.reserve(config["layers"].size());
   for (const nlohmann::json& entry : config["layers"]) {
     if (!entry.is_object()) throw FileFormatError("load_model: a layer entry is not an object");
     LayerPtr layer = layer_from_config(entry);
     std::string name = layer->name();
-    if (graph.has(name)) throw FileFormatError(str("load_model: two layers are named '", name, "'"));
+    if (calls_of.count(name)) throw FileFormatError(str("load_model: two layers are named '", name, "'"));
     if (auto* input = dynamic_cast<layers::InputLayer*>(layer.get())) {
       graph.add_input(name, Input(input->shape(), input->dtype(), name));
+      calls_of[name] = 1;
       continue;
     }
-    const nlohmann::json nodes = entry.value("inbound_nodes", nlohmann::json::array());
+    nodes_of_layers.push_back(entry.value("inbound_nodes", nlohmann::json::array()));
+    const nlohmann::json& nodes = nodes_of_layers.back();
     if (!nodes.is_array()) throw FileFormatError(str("load_model: layer '", name, "' has no inbound_nodes list"));
     if (nodes.empty()) {
       throw NotImplementedError(str("load_model: layer '", name, "' is never called in the model"));
     }
-    calls += nodes.size();
-    if (calls > 10 * kMaxLayers) {
+    if (calls.size() + nodes.size() > 10 * kMaxLayers) {
       throw FileFormatError(str("load_model: the config makes over ", 10 * kMaxLayers, " calls of layers"));
     }
-    for (const nlohmann::json& node : nodes) graph.add_call(name, call_layer(layer, node, graph));
+    for (std::size_t index = 0; index < nodes.size(); ++index) calls.push_back({layer, index, &nodes[index]});
+    calls_of[name] = nodes.size();
+  }
+  std::map<Key, std::vector<std::size_t>> waiters;
+  std::vector<std::size_t> ready;
+  for (std::size_t position = 0; position < calls.size(); ++position) {
+    Call& call = calls[position];
+    std::vector<Key> needs;
+    if (call.index > 0) needs.emplace_back(call.layer->name(), call.index - 1);
+    std::vector<const nlohmann::json*> pending = {call.node};
+    while (!pending.empty()) {  // the keras_history of every tensor among the arguments
+      const nlohmann::json* value = pending.back();
+      pending.pop_back();
+      if (value->is_array()) {
+        for (const nlohmann::json& item : *value) pending.push_back(&item);
+      } else if (value->is_object() && value->contains("keras_history")) {
+        const nlohmann::json& history = (*value)["keras_history"];
+        if (!history.is_array() || history.size() != 3 || !history[0].is_string() || !history[1].is_number_unsigned()) {
+          throw FileFormatError(str("load_model: a tensor's keras_history is ", history.dump().substr(0, 200),
+                                    "; expected [layer name, node index, tensor index]"));
+        }
+        Key key(history[0].get<std::string>(), history[1].get<std::size_t>());
+        auto found = calls_of.find(key.first);
+        if (found == calls_of.end() || key.second >= found->second) {
+          throw FileFormatError(str("load_model: layer '", call.layer->name(), "' reads call ", key.second,
+                                    " of layer '", key.first, "', which the config does not have"));
+        }
+        needs.push_back(key);
+      } else if (value->is_object()) {
+        for (const auto& [field, item] : value->items()) pending.push_back(&item);
+      }
+    }
+    for (const Key& key : needs) {
+      if (graph.has_call(key)) continue;  // an input's
+
+      waiters[key].push_back(position);
+      ++call.waiting;
+    }
+    if (call.waiting == 0) ready.push_back(position);
+  }
+  std::size_t made = 0;
+  while (!ready.empty()) {
+    Call& call = calls[ready.back()];
+    ready.pop_back();
+    graph.add_call(call.layer->name(), call_layer(call.layer, *call.node, graph));
+    ++made;
+    auto woken = waiters.find(Key(call.layer->name(), call.index));
+    if (woken == waiters.end()) continue;
+    for (std::size_t position : woken->second) {
+      if (--calls[position].waiting == 0) ready.push_back(position);
+    }
+  }
+  if (made != calls.size()) {
+    for (const Call& call : calls) {
+      if (call.waiting > 0) {
+        throw FileFormatError(str("load_model: call ", call.index, " of layer '", call.layer->name(),
+                                  "' reads its own output, directly or through other layers (a cycle)"));
+      }
+    }
   }
   std::vector<KerasTensor> inputs, outputs;
   for (const nlohmann::json& endpoint : endpoint_list(config.value("input_layers", nlohmann::json()), "input_layers")) {

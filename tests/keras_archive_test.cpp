@@ -93,6 +93,21 @@ TEST_F(KerasArchiveTest, EveryLayerClassSurvivesSaveAndLoad) {
   for (const auto& [name, config] : expected) EXPECT_EQ(got.at(name), config) << name;
 }
 
+TEST_F(KerasArchiveTest, ASharedLayerCalledAtTwoDepthsLoads) {
+  // d(e(d(x))): the config lists d (both calls) before e, whose output d's second call reads.
+  KerasTensor x = Input({4}, "x");
+  auto shared = std::make_shared<layers::Dense>(4, "tanh", layers::DenseOptions{.name = "d"});
+  KerasTensor once = (*shared)(x);
+  KerasTensor middle = layers::Dense(4, "relu", layers::DenseOptions{.name = "e"})(once);
+  Model model(x, (*shared)(middle), "shared_twice");
+  Tensor inputs = testing::random_tensor({3, 4}, 1, float32);
+  Tensor before = model(inputs);
+  model.save(file("shared.keras"));
+  std::shared_ptr<Model> loaded = load_model(file("shared.keras"));
+  EXPECT_EQ((*loaded)(inputs).to_vector<double>(), before.to_vector<double>());
+  EXPECT_EQ(loaded->layers().size(), 3u);
+}
+
 // A layer of one's own: a scaled identity with one argument.
 class Scale : public LayerOf<Scale> {
  public:
