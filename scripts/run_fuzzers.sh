@@ -7,18 +7,27 @@
 # keeps line tables only (-gline-tables-only): enough for the sanitizers' file:line stacks, and
 # the build took 212 s instead of 265 s on 2 cores.
 #
+# KERAS_FUZZ_PRESET=sanitize runs the harnesses the sanitizer preset builds beside the tests
+# (-O1, assertions on: fewer executions a second, no second build; CI's choice).
+#
 #   bash scripts/run_fuzzers.sh [seconds]       JOBS=1 bash scripts/run_fuzzers.sh 10
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
+preset="${KERAS_FUZZ_PRESET:-fuzz}"
+if [ "$preset" != fuzz ] && [ "$preset" != sanitize ]; then
+  echo "KERAS_FUZZ_PRESET is '$preset'; expected fuzz or sanitize (the presets that build the harnesses)" >&2
+  exit 2
+fi
 if ! [[ "$seconds" =~ ^[1-9][0-9]*$ ]]; then
   echo "usage: $0 [seconds per harness, default 60]" >&2
   exit 2
 fi
 start=$(date +%s)
 
-cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j"${JOBS:-2}"
+cmake --preset "$preset" >/dev/null
+cmake --build --preset "$preset" -j"${JOBS:-2}"
+harnesses="build/$preset/tests/fuzz"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/keras_fuzz.XXXXXX")"
 # UB aborts already (-fno-sanitize-recover); this adds its stack to the report.
@@ -35,7 +44,7 @@ for source in tests/fuzz/*_fuzzer.cpp; do
   echo "== $harness: ${seconds} s"
   status=0
   # TMPDIR: where the harness writes the input as a file.
-  TMPDIR="$dir/tmp" "build/fuzz/tests/fuzz/$harness" -max_total_time="$seconds" -timeout=10 \
+  TMPDIR="$dir/tmp" "$harnesses/$harness" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$dir/artifacts/" "$dir/corpus" \
     >"$dir/log" 2>&1 || status=$?
   done_line="$(grep -E '^#[0-9]+[[:space:]]+DONE' "$dir/log" | tail -1 || true)"
@@ -53,8 +62,8 @@ for source in tests/fuzz/*_fuzzer.cpp; do
     for artifact in "$dir"/artifacts/*; do
       [ -e "$artifact" ] || continue
       echo "reproducer: $artifact"
-      echo "  rerun:    build/fuzz/tests/fuzz/$harness $artifact"
-      echo "  minimize: build/fuzz/tests/fuzz/$harness -minimize_crash=1 -runs=20000 $artifact"
+      echo "  rerun:    $harnesses/$harness $artifact"
+      echo "  minimize: $harnesses/$harness -minimize_crash=1 -runs=20000 $artifact"
     done
   fi
   rm -rf "$dir/tmp"
