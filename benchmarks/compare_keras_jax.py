@@ -479,6 +479,7 @@ def compare_model(arguments, python, label, steps, measure_ours, worker, measure
     process counts (each mode the binary times), beside Keras DataParallel's fit of
     `keras_data_parallel` when given, interleaved. `items` per step (tokens, images) per second."""
     rows = []
+    roof_name = "FMA"  # the benchmark names the roof it measured ("AVX-512 FMA")
     for threads in arguments.thread_counts:
         ours, jax_times, utilisation = [], [], []
         for round_index in range(arguments.rounds):
@@ -487,12 +488,13 @@ def compare_model(arguments, python, label, steps, measure_ours, worker, measure
                     result = measure_ours(arguments.build, threads, steps)
                     ours.append(result["step_ms"])
                     utilisation.append(result["mfu"])
+                    roof_name = result.get("fma_roof", roof_name)
                 else:
                     jax_times.append(measure_jax(python, worker, threads, steps)["ms_per_step"])
             print(f"  {label}, {threads} thread(s), round {round_index + 1}: ours {ours[-1]:.2f} ms "
                   f"(MFU {100 * utilisation[-1]:.0f}%), Keras+JAX jitted {jax_times[-1]:.2f} ms", flush=True)
         rows.append((threads, median(ours), median(jax_times), median(utilisation)))
-    print_markdown(["threads", "keras-cpp ms/step", f"{unit}/s", "MFU (FMA roof)", "Keras+JAX jitted ms/step",
+    print_markdown(["threads", "keras-cpp ms/step", f"{unit}/s", f"MFU ({roof_name} roof)", "Keras+JAX jitted ms/step",
                     "ours / Keras+JAX"],
                    [[f"{threads}", f"{ours:.2f}", f"{items / ours * 1e3:.0f}", f"{100 * mfu:.0f}%",
                      f"{jax_ms:.2f}", f"{ours / jax_ms:.2f}"] for threads, ours, jax_ms, mfu in rows])

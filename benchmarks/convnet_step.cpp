@@ -1,6 +1,6 @@
 // One training step of the Keras JAX guide's convnet (examples/fashion_mnist/guide_convnet.h)
 // on 28x28x1 images, sparse cross-entropy from logits, Adam: ms/step, images/s and model FLOPs
-// utilisation against the FMA roof of the same threads measured in the same run. Under
+// utilisation against the float32 FMA roof of the same threads measured in the same run. Under
 // `mpirun -np P` it times DataParallel with the BatchNormalizations unsynchronized (Keras'
 // default) and synchronized, one after the other, the global batch the same.
 // compare_keras_jax.py runs it beside the same model in Keras 3 + JAX.
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     keras::Tensor y = keras::ops::cast(keras::ops::random({keras::RandomDistribution::uniform, 0, 10, 8},
                                                           {options.batch_size}, keras::float64),
                                        keras::int64);
-    const double roof = keras_benchmarks::fma_roof_gflops();
+    const keras_benchmarks::FmaRoof roof = keras_benchmarks::fma_roof();
     std::vector<std::string> modes = processes == 1 ? std::vector<std::string>{"none"}
                                                     : std::vector<std::string>{"data_parallel",
                                                                                "data_parallel_synchronized"};
@@ -60,18 +60,18 @@ int main(int argc, char** argv) {
       kd::set_distribution(nullptr);
       if (!leader) continue;
       const double images_per_second = static_cast<double>(options.batch_size) / step;
-      const double utilisation = roof > 0 ? flops / step / 1e9 / (roof * processes) : 0;
+      const double utilisation = roof.gflops > 0 ? flops / step / 1e9 / (roof.gflops * processes) : 0;
       if (options.json) {
         std::printf("{\"mode\": \"%s\", \"processes\": %d, \"threads\": %d, \"batch\": %lld, \"step_ms\": %.3f, "
-                    "\"images_per_second\": %.1f, \"model_gflop_per_step\": %.4f, \"fma_roof_gflops\": %.2f, "
+                    "\"images_per_second\": %.1f, \"model_gflop_per_step\": %.4f, \"fma_roof_gflops\": %.2f, \"fma_roof\": \"%s\", "
                     "\"mfu\": %.4f}\n",
                     mode.c_str(), processes, keras::num_threads(), static_cast<long long>(options.batch_size),
-                    step * 1e3, images_per_second, flops / 1e9, roof, utilisation);
+                    step * 1e3, images_per_second, flops / 1e9, roof.gflops, roof.name.c_str(), utilisation);
       } else {
         std::printf("%s on %d process(es) x %d thread(s), batch %lld: %.2f ms/step, %.0f images/s, %.3f GFLOP/step, "
-                    "MFU %.1f%% of the FMA roof (%.1f GFLOP/s a process)\n",
+                    "MFU %.1f%% of the %s roof (%.1f GFLOP/s a process)\n",
                     mode.c_str(), processes, keras::num_threads(), static_cast<long long>(options.batch_size),
-                    step * 1e3, images_per_second, flops / 1e9, utilisation * 100, roof);
+                    step * 1e3, images_per_second, flops / 1e9, utilisation * 100, roof.name.c_str(), roof.gflops);
       }
     }
     kd::finalize();

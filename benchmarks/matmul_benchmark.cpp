@@ -3,15 +3,12 @@
 // and BM_TrainingStepProducts: the eight products of one training step of that MLP (forward,
 // input gradients, kernel gradients, with the backward pass's transpositions) back to back,
 // the GEMM share of training_step_benchmark; BM_TrainingStepProduct/i, each of the eight alone;
-// and BM_FmaRoof, the FMA peak of the engine's threads, against which the products are judged.
+// and BM_FmaRoof/<width>, the FMA peak of the engine's threads at each vector width the CPU has,
+// against which the products are judged.
 // The MLP shapes are the ones training_step_benchmark spends most of its time in; the square ones
 // show what the kernel reaches when no dimension is small.
 //   matmul_benchmark [Google Benchmark flags]; KERAS_NUM_THREADS sets the engine's threads.
 #include <benchmark/benchmark.h>
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include <cstdint>
 #include <string>
@@ -66,22 +63,28 @@ BENCHMARK(BM_Matmul)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
-#if defined(__x86_64__)
-// Every thread of the engine's pool runs the chains at once: the roof for num_threads().
-void BM_FmaRoof(benchmark::State& state) {
-  constexpr std::int64_t kIterations = 1 << 20;
+// Every thread of the engine's pool runs the chains at once: the roof for num_threads(), one
+// benchmark for each vector width the CPU has (BM_FmaRoof/AVX2, BM_FmaRoof/AVX-512).
+void BM_FmaRoof(benchmark::State& state, keras_benchmarks::FmaWidth width) {
+  constexpr std::int64_t kRounds = 1 << 20;
   const int threads = keras::num_threads();
   for (auto _ : state) {
     keras::parallel_for(threads, 1, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t part = begin; part < end; ++part) benchmark::DoNotOptimize(keras_benchmarks::fma_chains(kIterations));
+      for (std::int64_t part = begin; part < end; ++part) benchmark::DoNotOptimize(width.chains(kRounds));
     });
   }
-  const double flops = 2.0 * 8 * 12 * static_cast<double>(kIterations) * threads;
+  const double flops = width.flops_per_round * static_cast<double>(kRounds) * threads;
   state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel("threads=" + std::to_string(threads));
 }
-BENCHMARK(BM_FmaRoof)->UseRealTime()->Unit(benchmark::kMillisecond);
-#endif
+const bool kFmaRoofsRegistered = [] {
+  for (const keras_benchmarks::FmaWidth& width : keras_benchmarks::fma_widths()) {
+    benchmark::RegisterBenchmark((std::string("BM_FmaRoof/") + width.name).c_str(), BM_FmaRoof, width)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  return true;
+}();
 
 // The products as the backward pass issues them: (m, n, k, transpose_a, transpose_b).
 struct Product { std::int64_t m, n, k; bool transpose_a, transpose_b; };
@@ -114,7 +117,7 @@ void BM_TrainingStepProducts(benchmark::State& state) {
 BENCHMARK(BM_TrainingStepProducts)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // One of the eight alone (argument: its index in kStepProducts), to see which falls short of
-// the FMA roof (BM_FmaRoof).
+// the FMA roof (the fastest BM_FmaRoof).
 void BM_TrainingStepProduct(benchmark::State& state) {
   const Product& p = kStepProducts[state.range(0)];
   keras::Tensor left = random_matrix(p.transpose_a ? p.k : p.m, p.transpose_a ? p.m : p.k, 1);

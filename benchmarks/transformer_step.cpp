@@ -1,6 +1,6 @@
 // One training step of examples/transformer_lm's byte-level GPT (forward, sparse cross-entropy
 // from logits over every position, backward, Adam), as ms/step, tokens/s and model FLOPs
-// utilisation against the FMA roof of the same threads measured in the same run. Under
+// utilisation against the float32 FMA roof of the same threads measured in the same run. Under
 // `mpirun -np P` it times the step under DataParallel and under ModelParallel (keras-hub's
 // Gemma map on a 1 x P mesh) one after the other, the global batch the same. compare_keras_jax.py
 // runs it beside the same model in Keras 3 + JAX.
@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     keras::Tensor sequences = keras::Tensor::from_vector<std::int64_t>(tokens, {options.batch_size, context + 1});
     keras::Tensor x = keras::ops::slice(sequences, {0, 0}, {options.batch_size, context});
     keras::Tensor y = keras::ops::slice(sequences, {0, 1}, {options.batch_size, context});
-    const double roof = keras_benchmarks::fma_roof_gflops();
+    const keras_benchmarks::FmaRoof roof = keras_benchmarks::fma_roof();
     const double flops = byte_gpt::training_step_flops(options.model, options.batch_size, context);
 
     std::vector<std::string> modes;
@@ -97,19 +97,20 @@ int main(int argc, char** argv) {
       if (!leader) continue;
       const double tokens_per_second = static_cast<double>(options.batch_size * context) / step;
       // Utilisation of every process's threads together: the job's FLOPs over the job's roof.
-      const double utilisation = roof > 0 ? flops / step / 1e9 / (roof * processes) : 0;
+      const double utilisation = roof.gflops > 0 ? flops / step / 1e9 / (roof.gflops * processes) : 0;
       if (options.json) {
         std::printf("{\"mode\": \"%s\", \"processes\": %d, \"threads\": %d, \"batch\": %lld, \"context\": %lld, "
                     "\"step_ms\": %.3f, \"tokens_per_second\": %.1f, \"model_gflop_per_step\": %.3f, "
-                    "\"fma_roof_gflops\": %.2f, \"mfu\": %.4f}\n",
+                    "\"fma_roof_gflops\": %.2f, \"fma_roof\": \"%s\", \"mfu\": %.4f}\n",
                     mode.c_str(), processes, keras::num_threads(), static_cast<long long>(options.batch_size),
-                    static_cast<long long>(context), step * 1e3, tokens_per_second, flops / 1e9, roof, utilisation);
+                    static_cast<long long>(context), step * 1e3, tokens_per_second, flops / 1e9, roof.gflops,
+                    roof.name.c_str(), utilisation);
       } else {
         std::printf("%s on %d process(es) x %d thread(s), batch %lld x %lld bytes: %.1f ms/step, %.0f tokens/s, "
-                    "%.2f GFLOP/step, MFU %.1f%% of the FMA roof (%.1f GFLOP/s a process)\n",
+                    "%.2f GFLOP/step, MFU %.1f%% of the %s roof (%.1f GFLOP/s a process)\n",
                     mode.c_str(), processes, keras::num_threads(), static_cast<long long>(options.batch_size),
                     static_cast<long long>(context), step * 1e3, tokens_per_second, flops / 1e9,
-                    utilisation * 100, roof);
+                    utilisation * 100, roof.name.c_str(), roof.gflops);
       }
     }
     kd::finalize();
