@@ -4,18 +4,21 @@
 // input gradients, kernel gradients, with the backward pass's transpositions) back to back,
 // the GEMM share of training_step_benchmark; BM_TrainingStepProduct/i, each of the eight alone;
 // and BM_FmaRoof/<width>, the FMA peak of the engine's threads at each vector width the CPU has,
-// against which the products are judged.
+// against which the products are judged; and BM_Bf16MatmulRoof/<AMX|AVX512-BF16>/<size>, oneDNN's
+// bf16 GEMM where the CPU multiplies bf16 in hardware (not registered elsewhere).
 // The MLP shapes are the ones training_step_benchmark spends most of its time in; the square ones
 // show what the kernel reaches when no dimension is small.
 //   matmul_benchmark [Google Benchmark flags]; KERAS_NUM_THREADS sets the engine's threads.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/cpu/kernels.h"
 #include "engine/thread_pool.h"
+#include "benchmarks/bf16_matmul_roof.h"
 #include "benchmarks/fma_roof.h"
 #include "keras.h"
 
@@ -82,6 +85,39 @@ const bool kFmaRoofsRegistered = [] {
     benchmark::RegisterBenchmark((std::string("BM_FmaRoof/") + width.name).c_str(), BM_FmaRoof, width)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
+  }
+  return true;
+}();
+
+// The bf16 roof (bf16_matmul_roof.h): every thread of the pool runs its own bf16 product at once;
+// registered only where the CPU multiplies bf16 in hardware (BM_Bf16MatmulRoof/AMX/2048).
+void BM_Bf16MatmulRoof(benchmark::State& state, std::int64_t size) {
+  const int threads = keras::num_threads();
+  std::vector<std::unique_ptr<keras_benchmarks::Bf16Matmul>> products;
+  try {
+    for (int thread = 0; thread < threads; ++thread) products.push_back(std::make_unique<keras_benchmarks::Bf16Matmul>(size));
+  } catch (const dnnl::error& failure) {
+    state.SkipWithError((std::string("oneDNN made no bf16 matmul: ") + failure.what()).c_str());
+    return;
+  }
+  for (auto _ : state) {
+    keras::parallel_for(threads, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t part = begin; part < end; ++part) products[static_cast<std::size_t>(part)]->run();
+    });
+  }
+  benchmark::DoNotOptimize(products[0]->first_result());
+  state.counters["GFLOP/s"] = benchmark::Counter(products[0]->flops() * threads / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel("threads=" + std::to_string(threads) + " " + products[0]->implementation());
+}
+const bool kBf16RoofsRegistered = [] {
+  if (const auto hardware = keras_benchmarks::bf16_hardware()) {
+    for (std::int64_t size : {1024, 2048}) {
+      benchmark::RegisterBenchmark(("BM_Bf16MatmulRoof/" + *hardware + "/" + std::to_string(size)).c_str(),
+                                   BM_Bf16MatmulRoof, size)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
   }
   return true;
 }();
