@@ -2,9 +2,10 @@
 # Installs the Debian packages keras-cpp builds, tests and runs with (as root, on Debian 12).
 # The CUDA toolkit is optional: when nvcc is on PATH the GPU runtime is built too. clang-14 with
 # its libFuzzer/sanitizer runtimes (libclang-rt-14-dev) and OpenMP (libomp-14-dev) builds the
-# sanitize and fuzz presets (the tests under ASan and UBSan; scripts/run_fuzzers.sh). PCRE2 matches LayoutMap keys in Python re's dialect;
-# Gloo runs the collectives of processes started without mpirun. iptables (its legacy
-# backend) sends the namespace test bed's packets to the delay stand-in (scripts/netns_cluster.sh).
+# sanitize and fuzz presets (the tests under ASan and UBSan; scripts/run_fuzzers.sh). PCRE2
+# matches LayoutMap keys in Python re's dialect; Gloo runs the collectives of processes started
+# without mpirun. iptables (its legacy backend) sends the namespace test bed's packets to the
+# delay stand-in (scripts/netns_cluster.sh).
 #   --plots  also installs matplotlib (python3-matplotlib), for scripts/plot_history.py and
 #            scripts/plot_all_reduce.py; neither the build nor the tests need it.
 #   --slurm  also installs slurm-wlm and munge, for the test that trains under `srun -n 2` on a
