@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "io/hdf5_file.h"
 #include "keras.h"
@@ -229,6 +230,16 @@ class HostileWeightsFile : public KerasWeightsFileTest {
     H5Fclose(id);
     return path;
   }
+  // Replaces the dataset at `path` of an open file by an unwritten one of `type` and `dims`
+  // (`most`: its largest dims, null for fixed ones; `properties`: its creation properties).
+  static void replace_dataset(hid_t id, const char* path, hid_t type, std::vector<hsize_t> dims,
+                              hid_t properties = H5P_DEFAULT, const hsize_t* most = nullptr) {
+    H5Ldelete(id, path, H5P_DEFAULT);
+    hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), most);
+    hid_t dataset = H5Dcreate2(id, path, type, space, H5P_DEFAULT, properties, H5P_DEFAULT);
+    H5Dclose(dataset);
+    H5Sclose(space);
+  }
   Sequential target() {
     Sequential model({layers::Dense(2)});
     model(testing::random_tensor({1, 3}, 1, float32));
@@ -277,36 +288,19 @@ TEST_F(HostileWeightsFile, LyingShapesAndTypesAreRefusedBeforeReading) {
   Tensor before = model(Tensor::ones({1, 3}));
   // A kernel that claims 2^40 x 2 floats (never allocated: storage comes on write).
   std::string huge = make("huge.weights.h5", [](hid_t id) {
-    H5Ldelete(id, "layers/dense/vars/0", H5P_DEFAULT);
-    hsize_t dims[2] = {hsize_t{1} << 40, 2};
-    hid_t space = H5Screate_simple(2, dims, nullptr);
-    hid_t dataset = H5Dcreate2(id, "layers/dense/vars/0", H5T_IEEE_F32LE, space, H5P_DEFAULT,
-                               H5P_DEFAULT, H5P_DEFAULT);
-    H5Dclose(dataset);
-    H5Sclose(space);
+    replace_dataset(id, "layers/dense/vars/0", H5T_IEEE_F32LE, {hsize_t{1} << 40, 2});
   });
   expect_throw_with<ShapeError>([&] { model.load_weights(huge); }, "has shape (1099511627776, 2)");
   // Integers where the kernel's floats should be.
   std::string integers = make("integers.weights.h5", [](hid_t id) {
-    H5Ldelete(id, "layers/dense/vars/0", H5P_DEFAULT);
-    hsize_t dims[2] = {3, 2};
-    hid_t space = H5Screate_simple(2, dims, nullptr);
-    hid_t dataset = H5Dcreate2(id, "layers/dense/vars/0", H5T_STD_I32LE, space, H5P_DEFAULT,
-                               H5P_DEFAULT, H5P_DEFAULT);
-    H5Dclose(dataset);
-    H5Sclose(space);
+    replace_dataset(id, "layers/dense/vars/0", H5T_STD_I32LE, {3, 2});
   });
   expect_throw_with<DTypeError>([&] { model.load_weights(integers); }, "holds integers");
   // A string where a weight should be.
   std::string strings = make("strings.weights.h5", [](hid_t id) {
-    H5Ldelete(id, "layers/dense/vars/1", H5P_DEFAULT);
     hid_t type = H5Tcopy(H5T_C_S1);
     H5Tset_size(type, 4);
-    hsize_t dims[1] = {2};
-    hid_t space = H5Screate_simple(1, dims, nullptr);
-    hid_t dataset = H5Dcreate2(id, "layers/dense/vars/1", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    H5Dclose(dataset);
-    H5Sclose(space);
+    replace_dataset(id, "layers/dense/vars/1", type, {2});
     H5Tclose(type);
   });
   expect_throw_with<FileFormatError>([&] { model.load_weights(strings); }, "neither floats nor integers");
@@ -334,27 +328,18 @@ TEST_F(HostileWeightsFile, LyingShapesAndTypesAreRefusedBeforeReading) {
   expect_throw_with<FileFormatError>([&] { model.load_weights(external); }, "is a soft or external link");
   // Data kept in another file (external storage), and chunks far larger than the dataset.
   std::string outside = make("outside.weights.h5", [&](hid_t id) {
-    H5Ldelete(id, "layers/dense/vars/1", H5P_DEFAULT);
     hid_t properties = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_external(properties, "/etc/hostname", 0, 8);
-    hsize_t dims[1] = {2};
-    hid_t space = H5Screate_simple(1, dims, nullptr);
-    hid_t dataset = H5Dcreate2(id, "layers/dense/vars/1", H5T_IEEE_F32LE, space, H5P_DEFAULT, properties, H5P_DEFAULT);
-    H5Dclose(dataset);
-    H5Sclose(space);
+    replace_dataset(id, "layers/dense/vars/1", H5T_IEEE_F32LE, {2}, properties);
     H5Pclose(properties);
   });
   expect_throw_with<FileFormatError>([&] { model.load_weights(outside); }, "keeps its data outside the file");
   std::string chunky = make("chunky.weights.h5", [&](hid_t id) {
-    H5Ldelete(id, "layers/dense/vars/1", H5P_DEFAULT);
     hid_t properties = H5Pcreate(H5P_DATASET_CREATE);
     hsize_t chunk[1] = {1u << 26};
     H5Pset_chunk(properties, 1, chunk);
-    hsize_t dims[1] = {2}, most[1] = {H5S_UNLIMITED};
-    hid_t space = H5Screate_simple(1, dims, most);
-    hid_t dataset = H5Dcreate2(id, "layers/dense/vars/1", H5T_IEEE_F32LE, space, H5P_DEFAULT, properties, H5P_DEFAULT);
-    H5Dclose(dataset);
-    H5Sclose(space);
+    hsize_t most[1] = {H5S_UNLIMITED};
+    replace_dataset(id, "layers/dense/vars/1", H5T_IEEE_F32LE, {2}, properties, most);
     H5Pclose(properties);
   });
   expect_throw_with<FileFormatError>([&] { model.load_weights(chunky); }, "is stored in chunks of");
