@@ -260,29 +260,29 @@ std::optional<std::string> compile_from_config(Model& model, const nlohmann::jso
   std::string name = to_snake_case(class_name);
   std::shared_ptr<optimizers::Optimizer> optimizer;
   try {
-  if (name == "adam") {
-    optimizer = std::make_shared<optimizers::Adam>(*rate, number("beta_1", 0.9).value_or(0.9),
-                                                   number("beta_2", 0.999).value_or(0.999),
-                                                   number("epsilon", 1e-7).value_or(1e-7), weight_decay);
-  } else if (name == "adam_w" || name == "adamw") {
-    optimizer = std::make_shared<optimizers::AdamW>(*rate, number("weight_decay", 0.004).value_or(0.004),
-                                                    number("beta_1", 0.9).value_or(0.9),
-                                                    number("beta_2", 0.999).value_or(0.999),
-                                                    number("epsilon", 1e-7).value_or(1e-7));
-  } else if (name == "sgd") {
-    optimizer = std::make_shared<optimizers::SGD>(*rate, number("momentum", 0.0).value_or(0.0),
-                                                  fields.value("nesterov", false), weight_decay);
-  } else if (name == "rm_sprop" || name == "rmsprop") {
-    optimizer = std::make_shared<optimizers::RMSprop>(*rate, number("rho", 0.9).value_or(0.9),
-                                                      number("momentum", 0.0).value_or(0.0),
-                                                      number("epsilon", 1e-7).value_or(1e-7),
-                                                      fields.value("centered", false), weight_decay);
-  } else if (name == "adagrad") {
-    optimizer = std::make_shared<optimizers::Adagrad>(*rate, number("initial_accumulator_value", 0.1).value_or(0.1),
-                                                      number("epsilon", 1e-7).value_or(1e-7), weight_decay);
-  } else {
-    return str("its optimizer is '", class_name, "', which keras-cpp does not have");
-  }
+    if (name == "adam") {
+      optimizer = std::make_shared<optimizers::Adam>(*rate, number("beta_1", 0.9).value_or(0.9),
+                                                     number("beta_2", 0.999).value_or(0.999),
+                                                     number("epsilon", 1e-7).value_or(1e-7), weight_decay);
+    } else if (name == "adam_w" || name == "adamw") {
+      optimizer = std::make_shared<optimizers::AdamW>(*rate, number("weight_decay", 0.004).value_or(0.004),
+                                                      number("beta_1", 0.9).value_or(0.9),
+                                                      number("beta_2", 0.999).value_or(0.999),
+                                                      number("epsilon", 1e-7).value_or(1e-7));
+    } else if (name == "sgd") {
+      optimizer = std::make_shared<optimizers::SGD>(*rate, number("momentum", 0.0).value_or(0.0),
+                                                    fields.value("nesterov", false), weight_decay);
+    } else if (name == "rm_sprop" || name == "rmsprop") {
+      optimizer = std::make_shared<optimizers::RMSprop>(*rate, number("rho", 0.9).value_or(0.9),
+                                                        number("momentum", 0.0).value_or(0.0),
+                                                        number("epsilon", 1e-7).value_or(1e-7),
+                                                        fields.value("centered", false), weight_decay);
+    } else if (name == "adagrad") {
+      optimizer = std::make_shared<optimizers::Adagrad>(*rate, number("initial_accumulator_value", 0.1).value_or(0.1),
+                                                        number("epsilon", 1e-7).value_or(1e-7), weight_decay);
+    } else {
+      return str("its optimizer is '", class_name, "', which keras-cpp does not have");
+    }
   } catch (const Error& error) {
     return str("its optimizer's arguments are refused: ", error.what());
   }

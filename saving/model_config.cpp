@@ -279,7 +279,6 @@ std::shared_ptr<Model> functional_from_config(const nlohmann::json& config) {
     }
     for (const Key& key : needs) {
       if (graph.has_call(key)) continue;  // an input's
-
       waiters[key].push_back(position);
       ++call.waiting;
     }
