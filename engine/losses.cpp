@@ -27,7 +27,7 @@ Tensor log_probabilities(const Tensor& y_pred, bool from_logits) {
 void check_predictions(const Tensor& y_pred, const char* loss) {
   if (!y_pred.defined()) throw ValueError(str(loss, ": y_pred is undefined"));
   if (!is_floating(y_pred.dtype())) {
-    throw DTypeError(str(loss, ": predictions must be float32 or float64, got ",
+    throw DTypeError(str(loss, ": predictions must be floating (float32, float64, bfloat16 or float16), got ",
                          dtype_name(y_pred.dtype())));
   }
 }
@@ -117,7 +117,10 @@ std::vector<double> global_sums(const GlobalBatch& batch, const std::vector<Tens
 
 }  // namespace
 
-Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) const {
+Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred_in, const Tensor& sample_weight) const {
+  // Losses compute in float32 whatever the model computed in, as Keras' (their dtype is
+  // floatx): a bfloat16 log of a probability near 1 would lose most of the gradient.
+  Tensor y_pred = y_pred_in.defined() && is_half_precision(y_pred_in.dtype()) ? ops::cast(y_pred_in, float32) : y_pred_in;
   Tensor losses = call(y_true, y_pred);
   if (!losses.defined()) throw ValueError(str(name(), ": call() gave an undefined tensor"));
   Tensor weights = sample_weight.defined() ? sample_weights_like(sample_weight, losses, name()) : Tensor();

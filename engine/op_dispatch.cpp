@@ -1,10 +1,48 @@
-// This thread's sharded-op handler (see op_dispatch.h).
+// This thread's sharded-op handler and autocast, and the seam that applies them (see
+// op_dispatch.h).
 #include "engine/op_dispatch.h"
+
+#include "engine/ops.h"
 
 namespace keras {
 namespace {
 thread_local const ShardedOpHandler* installed_handler = nullptr;
+thread_local const Autocast* installed_autocast = nullptr;
 }  // namespace
+
+const Autocast* autocast_policy() { return installed_autocast; }
+
+AutocastScope::AutocastScope(std::optional<Autocast> autocast)
+    : current_(autocast), previous_(installed_autocast) {
+  installed_autocast = current_ ? &*current_ : nullptr;
+}
+
+AutocastScope::~AutocastScope() { installed_autocast = previous_; }
+
+namespace ops::detail {
+
+Tensor through_handler(OpCall call) {
+  // An assignment writes the variable itself: it is never read as a copy.
+  const Autocast* autocast = call.family == OpFamily::assign ? nullptr : autocast_policy();
+  if (autocast != nullptr) {
+    Autocast policy = *autocast;
+    // The casts themselves run without autocast (they would come back here), through the
+    // sharded handler when the variable is sharded.
+    AutocastScope casting(std::nullopt);
+    for (Tensor& operand : call.operands) {
+      if (is_autocast(operand, &policy)) operand = cast(operand, policy.compute_dtype);
+    }
+  }
+  const ShardedOpHandler* handler = sharded_op_handler();
+  if (handler != nullptr) {
+    for (const Tensor& operand : call.operands) {
+      if (operand.defined() && operand.annotation()) return handler->dispatch(call);
+    }
+  }
+  return call.compute(call.operands);
+}
+
+}  // namespace ops::detail
 
 const ShardedOpHandler* sharded_op_handler() { return installed_handler; }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,25 +78,67 @@ class ShardedOpScope {
   const ShardedOpHandler* previous_;
 };
 
+// Keras' autocast (its AutocastScope): while a layer whose dtype policy computes in another
+// dtype than it stores its variables in runs call() (mixed_bfloat16: bfloat16 compute, float32
+// variables), every op reads a variable of the variable dtype as the compute dtype: the op
+// takes cast(variable) instead, whose gradient flows back to the float32 variable. Variables
+// are the tensors with a name (Layer::add_weight names them). Layers install the scope
+// (layers/layer.cpp); the same seam as sharding carries it, so a user's own layer gets it too.
+struct Autocast {
+  DType variable_dtype;
+  DType compute_dtype;
+};
+
+// This thread's autocast, or null.
+const Autocast* autocast_policy();
+
+// Installs `autocast` (nullopt: none, as a float32 layer inside a mixed one) until the scope
+// ends.
+class AutocastScope {
+ public:
+  explicit AutocastScope(std::optional<Autocast> autocast);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  std::optional<Autocast> current_;
+  const Autocast* previous_;
+};
+
 namespace ops::detail {
 
-// Whether the op with these operands must go through the installed handler.
+inline bool is_autocast(const Tensor& operand, const Autocast* autocast) {
+  return autocast != nullptr && operand.defined() && operand.dtype() == autocast->variable_dtype &&
+         !operand.name().empty();
+}
+
+// Whether the op with these operands must go through the seam: an annotated operand under an
+// installed handler, or a variable to autocast. Neither installed: two loads and a branch.
 inline bool goes_through_handler(std::initializer_list<const Tensor*> operands) {
-  if (sharded_op_handler() == nullptr) return false;
+  const ShardedOpHandler* handler = sharded_op_handler();
+  const Autocast* autocast = autocast_policy();
+  if (handler == nullptr && autocast == nullptr) return false;
   for (const Tensor* operand : operands) {
-    if (operand->defined() && operand->annotation()) return true;
+    if (handler != nullptr && operand->defined() && operand->annotation()) return true;
+    if (is_autocast(*operand, autocast)) return true;
   }
   return false;
 }
 inline bool goes_through_handler(const std::vector<Tensor>& operands) {
-  if (sharded_op_handler() == nullptr) return false;
+  const ShardedOpHandler* handler = sharded_op_handler();
+  const Autocast* autocast = autocast_policy();
+  if (handler == nullptr && autocast == nullptr) return false;
   for (const Tensor& operand : operands) {
-    if (operand.defined() && operand.annotation()) return true;
+    if (handler != nullptr && operand.defined() && operand.annotation()) return true;
+    if (is_autocast(operand, autocast)) return true;
   }
   return false;
 }
 
-inline Tensor through_handler(OpCall call) { return sharded_op_handler()->dispatch(call); }
+// Casts the variables to autocast, then hands the call to the handler when an operand is
+// annotated, or runs it.
+Tensor through_handler(OpCall call);
 
 }  // namespace ops::detail
 }  // namespace keras

@@ -63,18 +63,40 @@ void Optimizer::apply(const std::vector<Tensor>& variables, const std::vector<Te
                            " (", dtype_name(variables[i].dtype()), ")"));
     }
   }
+  std::vector<Tensor> unscaled;
+  if (loss_scaling_) {
+    NoGradGuard no_grad;
+    // One reduction a gradient: max |g| is inf or NaN exactly when some element is.
+    bool finite = true;
+    for (const Tensor& gradient : gradients) {
+      if (gradient.defined() && finite) finite = std::isfinite(ops::max(ops::abs(gradient)).item());
+    }
+    if (!finite) {
+      loss_scale_ /= 2;
+      finite_steps_ = 0;
+      return;
+    }
+    for (const Tensor& gradient : gradients) {
+      unscaled.push_back(gradient.defined() ? gradient * (1.0 / loss_scale_) : gradient);
+    }
+    if (++finite_steps_ >= growth_steps_) {
+      loss_scale_ *= 2;
+      finite_steps_ = 0;
+    }
+  }
+  const std::vector<Tensor>& given = loss_scaling_ ? unscaled : gradients;
   const std::int64_t call = calls_;  // this call's index, before it counts
   const std::int64_t updates_before = iterations();
   calls_ += 1;
   NoGradGuard no_grad;
-  std::vector<Tensor> to_apply = gradients;
+  std::vector<Tensor> to_apply = given;
   bool updates = true;
   if (accumulation_steps_ > 1) {
     // Keras' accumulation: add up; on every steps-th call, the mean of the sums updates.
     updates = (call + 1) % accumulation_steps_ == 0;
     for (std::size_t i = 0; i < variables.size(); ++i) {
-      if (!gradients[i].defined()) continue;
-      Tensor gradient = gradients[i].device() == variables[i].device() ? gradients[i] : gradients[i].to(variables[i].device());
+      if (!given[i].defined()) continue;
+      Tensor gradient = given[i].device() == variables[i].device() ? given[i] : given[i].to(variables[i].device());
       auto found = accumulated_.find(variables[i].impl());
       if (updates) {
         Tensor sum = found == accumulated_.end() ? gradient : gradient + found->second;
@@ -109,6 +131,21 @@ void Optimizer::apply(const std::vector<Tensor>& variables, const std::vector<Te
     }
   }
 }
+
+void Optimizer::enable_loss_scaling(double initial_scale, int dynamic_growth_steps) {
+  if (!(initial_scale > 0) || !std::isfinite(initial_scale)) {
+    throw ValueError(str(name_, ": LossScaleOptimizer's initial_scale must be a finite number > 0, got ", initial_scale));
+  }
+  if (dynamic_growth_steps < 1) {
+    throw ValueError(str(name_, ": LossScaleOptimizer's dynamic_growth_steps must be >= 1, got ", dynamic_growth_steps));
+  }
+  loss_scaling_ = true;
+  loss_scale_ = initial_scale;
+  growth_steps_ = dynamic_growth_steps;
+  finite_steps_ = 0;
+}
+
+Tensor Optimizer::scale_loss(const Tensor& loss) const { return loss_scaling_ ? loss * loss_scale_ : loss; }
 
 Optimizer& Optimizer::set_gradient_accumulation_steps(int steps) {
   if (steps < 0) throw ValueError(str(name_, ": gradient_accumulation_steps must be >= 0 (0 or 1: none), got ", steps));

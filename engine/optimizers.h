@@ -111,7 +111,9 @@ class Optimizer {
   // Whether apply() must see whole variables: clipping (whole norms), accumulation and the
   // moving averages (per-variable state outside the slots). A data-parallel trainer then
   // updates whole variables rather than blocks (distribution/runtime/gradient_reducer.h).
-  bool needs_whole_variables() const { return clips() || accumulation_steps_ > 1 || use_ema_; }
+  bool needs_whole_variables() const {
+    return clips() || accumulation_steps_ > 1 || use_ema_ || loss_scaling_;
+  }
 
   // How the squared L2 norms of this process's gradients (one per variable, of its local
   // block) become the whole variables' norms, for clipnorm and global_clipnorm. Without one
@@ -139,6 +141,19 @@ class Optimizer {
   virtual std::vector<KerasArgument> keras_arguments() const { return {}; }
   double weight_decay() const { return weight_decay_; }
 
+  // Dynamic loss scaling (Keras' LossScaleOptimizer, below): the trainer backpropagates
+  // scale_loss(loss) (the loss itself when scaling is off), and apply() first checks the
+  // gradients: any inf or NaN skips the step (no update, iterations() unchanged) and halves the
+  // scale; finite gradients are divided by the scale and applied, and after
+  // `dynamic_growth_steps` finite steps in a row the scale doubles. Under DataParallel the
+  // check reads the all-reduced gradients, so every process decides alike.
+  void enable_loss_scaling(double initial_scale = 32768.0, int dynamic_growth_steps = 2000);
+  bool scales_loss() const { return loss_scaling_; }
+  double loss_scale() const { return loss_scale_; }  // Keras' dynamic_scale
+  int loss_scale_growth_steps() const { return growth_steps_; }
+  std::int64_t finite_steps_in_a_row() const { return finite_steps_; }  // Keras' step_counter
+  Tensor scale_loss(const Tensor& loss) const;
+
  protected:
   virtual void update(Tensor& variable, const Tensor& gradient) = 0;
   // The rate of the update being made (the schedule's at the step being taken).
@@ -164,6 +179,10 @@ class Optimizer {
   schedules::SchedulePtr schedule_;
   double step_learning_rate_ = 0.0;
   std::int64_t calls_ = 0;  // of apply()
+  bool loss_scaling_ = false;
+  double loss_scale_ = 1.0;
+  int growth_steps_ = 2000;
+  std::int64_t finite_steps_ = 0;
   std::string name_;
   std::unordered_map<TensorImpl*, std::vector<Tensor>> slots_;
   // During apply_to_block: the view being updated, and its place in the whole variable, so
@@ -259,5 +278,19 @@ class Adagrad : public Optimizer {
 // By Keras name with default settings: sgd, adam, adamw, rmsprop, adagrad. Throws ValueError
 // otherwise.
 std::shared_ptr<Optimizer> get(const std::string& name);
+
+// Keras' LossScaleOptimizer for mixed_float16 (float16's range ends at 65504 and its smallest
+// normal is 6e-5: small gradients would flush to zero unscaled): the inner optimizer with
+// dynamic loss scaling on, Keras' defaults (initial_scale 2^15, dynamic_growth_steps 2000).
+// LossScaleOptimizer(Adam(1e-3)) is an Adam in every other respect.
+template <typename Inner>
+  requires std::derived_from<Inner, Optimizer>
+class LossScaleOptimizer : public Inner {
+ public:
+  explicit LossScaleOptimizer(Inner inner, double initial_scale = 32768.0, int dynamic_growth_steps = 2000)
+      : Inner(std::move(inner)) {
+    this->enable_loss_scaling(initial_scale, dynamic_growth_steps);
+  }
+};
 
 }  // namespace keras::optimizers

@@ -15,6 +15,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "engine/half_precision.h"
 #include "engine/host_device.h"
 
 namespace keras::scalar {
@@ -141,7 +142,15 @@ KERAS_HOST_DEVICE constexpr T power_integer(T base, T exponent) {
 // Float to integer (or integer to integer) conversion with XLA's rules; see the file comment.
 template <typename Out, typename In>
 KERAS_HOST_DEVICE constexpr Out convert(In value) {
-  if constexpr (std::is_same_v<Out, bool>) {
+  if constexpr (std::is_same_v<In, Out>) {
+    return value;
+  } else if constexpr (is_half_precision_type<In>) {
+    // Through float32, which holds every bfloat16 and float16 value exactly.
+    return convert<Out>(static_cast<float>(value));
+  } else if constexpr (is_half_precision_type<Out>) {
+    // Through float32: float64 to float32 to 16 bits can round twice, as in XLA's convert.
+    return Out(convert<float>(value));
+  } else if constexpr (std::is_same_v<Out, bool>) {
     return value != In{};  // NaN != 0: NaN is true, as in NumPy
   } else if constexpr (std::is_integral_v<Out> && std::is_floating_point_v<In>) {
     if (is_nan(value)) return Out{};

@@ -48,13 +48,15 @@ std::string_view safetensors_dtype_name(DType dtype) {
     case DType::int64: return "I64";
     case DType::uint8: return "U8";
     case DType::bool_: return "BOOL";
+    case DType::bfloat16: return "BF16";
+    case DType::float16: return "F16";
   }
   throw DTypeError(str("save_safetensors: unknown dtype ", static_cast<int>(dtype)));
 }
 
 std::optional<DType> dtype_from_safetensors_name(std::string_view name) {
   for (DType dtype : {DType::float32, DType::float64, DType::int32, DType::int64, DType::uint8,
-                      DType::bool_}) {
+                      DType::bool_, DType::bfloat16, DType::float16}) {
     if (safetensors_dtype_name(dtype) == name) return dtype;
   }
   return std::nullopt;
@@ -203,7 +205,7 @@ class HeaderReader {
     std::optional<DType> dtype = dtype_from_safetensors_name(dtype_field.get<std::string>());
     if (!dtype) {
       fail(str(where, " has unsupported dtype ", describe(dtype_field),
-               ", expected one of F32, F64, I32, I64, U8, BOOL"));
+               ", expected one of F32, F64, I32, I64, U8, BOOL, BF16, F16"));
     }
 
     const Json& shape_field = value["shape"];

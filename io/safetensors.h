@@ -15,7 +15,7 @@ namespace keras::io {
 
 // Writes `tensors` (in the given order, contiguous) and string `metadata` to `path`, replacing
 // any existing file only once the new one is complete on disk. GPU tensors are copied to the
-// CPU first. Supported dtypes: float32, float64, int32, int64, uint8, bool.
+// CPU first. Supported dtypes: float32, float64, int32, int64, uint8, bool, bfloat16 (BF16), float16 (F16).
 // Throws ValueError for empty, duplicate or reserved ("__metadata__") names and undefined
 // tensors, FileNotFoundError when the file cannot be created, Error when writing fails.
 void save_safetensors(const std::string& path,

@@ -96,6 +96,7 @@ Tensor Embedding::call(const Tensor& inputs, bool) {
 LayerNormalization::LayerNormalization(double epsilon, bool center, bool scale,
                                        const std::string& name)
     : LayerOf("layer_normalization", name), epsilon_(epsilon), center_(center), scale_(scale) {
+  set_autocast(false);  // statistics in float32 under mixed policies, as Keras' (see call)
   if (!(epsilon > 0)) throw ValueError(str("LayerNormalization: epsilon must be > 0, got ", epsilon));
 }
 
@@ -107,8 +108,9 @@ void LayerNormalization::build(const Shape& input_shape) {
 }
 
 Tensor LayerNormalization::call(const Tensor& inputs_in, bool) {
-  // Computes in the weights' dtype (float32), as Dense does, whatever the input dtype.
-  Tensor inputs = inputs_in.dtype() == float32 ? inputs_in : ops::cast(inputs_in, float32);
+  // Computes in the weights' dtype (float32 under mixed policies too, as Keras' does), whatever
+  // the input dtype; the output is in the compute dtype.
+  Tensor inputs = inputs_in.dtype() == variable_dtype() ? inputs_in : ops::cast(inputs_in, variable_dtype());
   const Shape& shape = inputs.shape();  // global: the layer is written once, on whole tensors
   if (shape.empty() || shape.back() != width_) {
     throw ShapeError(str("LayerNormalization '", name(), "' was built for a last dimension of ", width_,
@@ -122,7 +124,7 @@ Tensor LayerNormalization::call(const Tensor& inputs_in, bool) {
   Tensor outputs = centered * ops::rsqrt(variance + epsilon_);
   if (gamma_.defined()) outputs = outputs * gamma_;
   if (beta_.defined()) outputs = outputs + beta_;
-  return outputs;
+  return ops::cast(outputs, compute_dtype());
 }
 
 }  // namespace keras::layers
@@ -187,6 +189,7 @@ Tensor Rescaling::call(const Tensor& inputs, bool) {
 
 RMSNormalization::RMSNormalization(double epsilon, const std::string& name)
     : LayerOf("rms_normalization", name), epsilon_(epsilon) {
+  set_autocast(false);  // statistics in float32 under mixed policies (see call)
   if (!(epsilon > 0)) throw ValueError(str("RMSNormalization: epsilon must be > 0, got ", epsilon));
 }
 
@@ -203,7 +206,7 @@ Tensor RMSNormalization::call(const Tensor& inputs_in, bool) {
                          ", got inputs of shape ", shape_to_string(inputs.shape())));
   }
   Tensor mean_square = ops::mean(ops::square(inputs), {-1}, /*keepdims=*/true);
-  return inputs * ops::rsqrt(mean_square + epsilon_) * scale_;
+  return ops::cast(inputs * ops::rsqrt(mean_square + epsilon_) * scale_, compute_dtype());
 }
 
 }  // namespace keras::layers

@@ -10,6 +10,9 @@ namespace keras::layers {
 
 BatchNormalization::BatchNormalization(BatchNormalizationOptions options)
     : LayerOf("batch_normalization", options.name), options_(std::move(options)) {
+  // Statistics in the variable dtype (float32 under mixed policies), the output in the compute
+  // dtype: Keras' BatchNormalization does the same (autocast off).
+  set_autocast(false);
   if (!(options_.momentum >= 0.0 && options_.momentum <= 1.0)) {
     throw ValueError(str("BatchNormalization: momentum must be in [0, 1], got ", options_.momentum));
   }
@@ -55,7 +58,7 @@ Tensor BatchNormalization::call(const Tensor& inputs_in, bool training) {
                          " features on axis ", axis_, ", got inputs of shape ", shape_to_string(inputs_in.shape())));
   }
   Tensor inputs = inputs_in.dtype() == moving_mean_.dtype() ? inputs_in : ops::cast(inputs_in, moving_mean_.dtype());
-  if (!(training && trainable())) return normalize(inputs, moving_mean_, moving_variance_);
+  if (!(training && trainable())) return ops::cast(normalize(inputs, moving_mean_, moving_variance_), compute_dtype());
 
   ops::Axes reduced;
   for (int d = 0; d < inputs.rank(); ++d) {
@@ -87,7 +90,7 @@ Tensor BatchNormalization::call(const Tensor& inputs_in, bool training) {
     moving_mean_.assign(moving_mean_ * momentum + batch_mean.detach() * (1.0 - momentum));
     moving_variance_.assign(moving_variance_ * momentum + batch_variance.detach() * (1.0 - momentum));
   }
-  return normalize(inputs, mean, variance);
+  return ops::cast(normalize(inputs, mean, variance), compute_dtype());
 }
 
 

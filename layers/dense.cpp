@@ -32,7 +32,8 @@ Tensor Dense::call(const Tensor& inputs, bool) {
                          ", got inputs of shape ", shape_to_string(shape),
                          shape.size() < 2 ? " (a batch dimension first is needed)" : ""));
   }
-  Tensor outputs = ops::matmul(inputs.dtype() == kernel_.dtype() ? inputs : ops::cast(inputs, kernel_.dtype()),
+  // In the compute dtype: the kernel is read in it too (autocast, layers/dtype_policy.h).
+  Tensor outputs = ops::matmul(inputs.dtype() == compute_dtype() ? inputs : ops::cast(inputs, compute_dtype()),
                                kernel_);
   if (bias_.defined()) outputs = outputs + bias_;
   return activation_(outputs);

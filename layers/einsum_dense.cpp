@@ -164,7 +164,7 @@ void EinsumDense::build(const Shape& input_shape) {
 }
 
 Tensor EinsumDense::call(const Tensor& inputs_in, bool) {
-  Tensor inputs = inputs_in.dtype() == kernel_.dtype() ? inputs_in : ops::cast(inputs_in, kernel_.dtype());
+  Tensor inputs = inputs_in.dtype() == compute_dtype() ? inputs_in : ops::cast(inputs_in, compute_dtype());
   const Shape& shape = inputs.shape();  // global: the layer is written once, on whole tensors
   Terms terms = terms_for(static_cast<int>(shape.size()));
   for (std::size_t d = 0; d < terms.x.size(); ++d) {

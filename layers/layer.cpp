@@ -1,5 +1,6 @@
 // Layer bookkeeping: names, paths, building, weights.
 #include "layers/layer.h"
+#include "engine/ops.h"
 
 #include "layers/layer_config.h"
 
@@ -43,7 +44,8 @@ void clear_session() {
 }
 
 Layer::Layer(const std::string& default_prefix, const std::string& name)
-    : name_(name.empty() ? unique_layer_name(default_prefix) : name), prefix_(default_prefix) {
+    : name_(name.empty() ? unique_layer_name(default_prefix) : name), prefix_(default_prefix),
+      dtype_policy_(mixed_precision::global_policy()) {
   if (name_.find('/') != std::string::npos) {
     throw ValueError(str("layer name '", name_, "' contains '/', which separates path parts"));
   }
@@ -93,6 +95,7 @@ Tensor Layer::run_call(const std::function<Tensor()>& body) {
   ShardedOpScope bookkeeping(nullptr);
   distribution::StepContext step_context;  // joins the trainer's, or resolves the sharding for this call
   const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
+  AutocastScope autocast(call_autocast());
   if (!sharded) return place_output(body(), sharded, nullptr);
   distribution::TensorLayoutPtr layout = output_layout(*sharded);  // one LayoutMap lookup a call
   distribution::ShardingPropagator propagator(*sharded, path(), layout);
@@ -109,6 +112,7 @@ std::vector<Tensor> Layer::run_call_many(const std::function<std::vector<Tensor>
   ShardedOpScope bookkeeping(nullptr);
   distribution::StepContext step_context;
   const distribution::ShardingContext* sharded = distribution::StepContext::sharding();
+  AutocastScope autocast(call_autocast());
   std::vector<Tensor> outputs;
   if (!sharded) {
     outputs = body();
@@ -142,7 +146,9 @@ Tensor Layer::operator()(const Tensor& inputs, bool training) {
     if (!shape.empty()) shape[0] = -1;
     build_input_shape_ = shape;
   }
-  if (!sharded) return place_output(call(inputs, training), sharded, nullptr);
+  Tensor converted = to_compute_dtype(inputs);
+  AutocastScope autocast(call_autocast());
+  if (!sharded) return place_output(call(converted, training), sharded, nullptr);
   // Every op of call() on a sharded operand (this layer's sharded weights, a sharded activation)
   // goes through the propagator: it follows the op's rule or gathers (docs/ARCHITECTURE.md).
   distribution::TensorLayoutPtr layout = output_layout(*sharded);  // one LayoutMap lookup a call
@@ -150,7 +156,7 @@ Tensor Layer::operator()(const Tensor& inputs, bool training) {
   Tensor outputs;
   {
     ShardedOpScope sharded_ops(&propagator);
-    outputs = call(inputs, training);
+    outputs = call(converted, training);
   }
   return handed_out(place_output(outputs, sharded, layout), step_context, *sharded);
 }
@@ -168,6 +174,26 @@ bool Variable::sharded() const {
 }
 
 void Layer::build(const Shape&) {}
+
+void Layer::set_dtype_policy(const DTypePolicy& policy) {
+  if (built_ && !(policy == dtype_policy_)) {
+    throw ValueError(str("layer '", path(), "' is built with the dtype policy '",
+                         dtype_policy_.name(), "'; set '", policy.name(),
+                         "' before its first call (its variables exist in the old dtype)"));
+  }
+  dtype_policy_ = policy;
+}
+
+Tensor Layer::to_compute_dtype(const Tensor& input) const {
+  DType compute = compute_dtype();
+  if (!is_floating(input.dtype()) || input.dtype() == compute) return input;
+  if (!is_half_precision(compute) && !is_half_precision(input.dtype())) return input;
+  return ops::cast(input, compute);
+}
+
+std::optional<Autocast> Layer::call_autocast() const {
+  return autocast_ ? dtype_policy_.autocast() : std::nullopt;
+}
 
 void Layer::set_random_counters(const std::vector<std::uint64_t>& counters) {
   if (!counters.empty()) {
@@ -250,7 +276,7 @@ void Layer::check_built(const char* what) const {
 
 Tensor Layer::add_weight(const std::string& name, const Shape& shape,
                          const initializers::InitializerPtr& initializer, bool trainable,
-                         DType dtype) {
+                         std::optional<DType> dtype) {
   if (name.empty() || name.find('/') != std::string::npos) {
     throw ValueError(str("layer '", name_, "': weight name '", name,
                          "' must be non-empty and contain no '/'"));
@@ -262,7 +288,7 @@ Tensor Layer::add_weight(const std::string& name, const Shape& shape,
   }
   if (!initializer) throw ValueError(str("layer '", name_, "': weight '", name, "' has no initializer"));
   std::string full_path = path() + "/" + name;
-  Tensor value = create_variable(full_path, shape, dtype, *initializer);
+  Tensor value = create_variable(full_path, shape, dtype.value_or(variable_dtype()), *initializer);
   value.set_name(full_path);
   if (trainable) value.set_requires_grad(true);
   variables_.push_back({name, value, trainable});
@@ -279,7 +305,7 @@ std::vector<Variable*> Layer::variables() {
 }
 
 nlohmann::json Layer::get_config() const {
-  return {{"name", name_}, {"trainable", trainable_}, {"dtype", config_json::float32_policy()}};
+  return {{"name", name_}, {"trainable", trainable_}, {"dtype", config_json::dtype_policy(dtype_policy_)}};
 }
 
 nlohmann::json Layer::build_config() const {

@@ -14,6 +14,7 @@
 
 #include "engine/initializers.h"
 #include "engine/tensor.h"
+#include "layers/dtype_policy.h"
 #include "layers/keras_tensor.h"
 
 namespace keras::distribution {
@@ -91,6 +92,14 @@ class Layer : public std::enable_shared_from_this<Layer> {
   virtual void set_random_counters(const std::vector<std::uint64_t>& counters);
 
   const std::string& name() const { return name_; }
+  // Keras' dtype_policy, compute_dtype and variable_dtype. A layer takes the global policy
+  // (mixed_precision::set_global_policy) when it is made; set_dtype_policy is Keras' `dtype`
+  // argument and must come before the layer is built (its variables are made in the variable
+  // dtype). Layers with sublayers give them the same policy.
+  const DTypePolicy& dtype_policy() const { return dtype_policy_; }
+  DType compute_dtype() const { return dtype_policy_.compute_dtype(); }
+  DType variable_dtype() const { return dtype_policy_.variable_dtype(); }
+  virtual void set_dtype_policy(const DTypePolicy& policy);
   // Path of this layer inside its model: "sequential/dense_1"; just the name at top level.
   std::string path() const;
   bool built() const { return built_; }
@@ -131,9 +140,18 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // Creates a weight named `name` under this layer's path. This is the single place where
   // variables come into being: when the distribution module is active it decides here which
   // part of the variable this process holds (see layers/variable_creation.h).
+  // `dtype` defaults to the policy's variable dtype.
   Tensor add_weight(const std::string& name, const Shape& shape,
                     const initializers::InitializerPtr& initializer, bool trainable = true,
-                    DType dtype = float32);
+                    std::optional<DType> dtype = std::nullopt);
+  // Keras' Layer.autocast: on (the default), call() reads variables in the compute dtype. The
+  // normalization layers turn it off and compute their statistics in float32, as Keras' do.
+  void set_autocast(bool value) { autocast_ = value; }
+  // A floating input in the compute dtype, as Keras converts a call's inputs (float64 inputs
+  // of a float32 layer are left as they are: the engine's tests compute layers in float64).
+  Tensor to_compute_dtype(const Tensor& input) const;
+  // The autocast this layer's call installs (nullopt: none).
+  std::optional<Autocast> call_autocast() const;
   // Registers a sublayer; its path becomes this layer's path + "/" + its name.
   template <typename L>
     requires std::derived_from<L, Layer>
@@ -184,6 +202,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   bool built_ = false;
   std::size_t recorded_nodes_ = 0;
   bool trainable_ = true;
+  DTypePolicy dtype_policy_;
+  bool autocast_ = true;
   std::vector<Variable> variables_;
   std::vector<LayerPtr> sublayers_;
 };

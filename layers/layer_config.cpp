@@ -233,9 +233,9 @@ initializers::InitializerPtr LayerConfig::initializer(const char* key) {
   return result;
 }
 
-void LayerConfig::dtype(const char* key) {
+DTypePolicy LayerConfig::dtype(const char* key) {
   const nlohmann::json* value = find(key);
-  if (value == nullptr) return;
+  if (value == nullptr) return DTypePolicy();
   std::string name;
   if (value->is_string()) {
     name = value->get<std::string>();
@@ -245,10 +245,12 @@ void LayerConfig::dtype(const char* key) {
     name = (*value)["config"]["name"].get<std::string>();
   } else {
     std::string text = value->dump();
-    unsupported(key, str("= ", text.substr(0, 200), " is not a dtype policy keras-cpp supports (float32)"));
+    unsupported(key, str("= ", text.substr(0, 200), " is not a dtype policy (a name or a DTypePolicy object)"));
   }
-  if (name != "float32") {
-    unsupported(key, str("is the dtype policy '", name, "'; keras-cpp computes layers in float32 only"));
+  try {
+    return DTypePolicy(name);
+  } catch (const ValueError& error) {
+    unsupported(key, error.what());
   }
 }
 
@@ -308,8 +310,8 @@ nlohmann::json serialized(const std::string& module, const std::string& class_na
           {"registered_name", nullptr}};
 }
 
-nlohmann::json float32_policy() {
-  return serialized("keras", "DTypePolicy", {{"name", "float32"}});
+nlohmann::json dtype_policy(const DTypePolicy& policy) {
+  return serialized("keras", "DTypePolicy", {{"name", policy.name()}});
 }
 
 nlohmann::json initializer(const initializers::InitializerPtr& initializer, const std::string& default_name) {

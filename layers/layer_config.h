@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/initializers.h"
+#include "layers/dtype_policy.h"
 
 namespace keras {
 
@@ -44,8 +45,9 @@ class LayerConfig {
   std::string activation(const char* key);
   // An initializer's config (a name or Keras' serialized object); null when absent.
   initializers::InitializerPtr initializer(const char* key);
-  // A dtype policy: "float32" or Keras' DTypePolicy object of it; anything else is refused.
-  void dtype(const char* key);
+  // A dtype policy: its name or Keras' DTypePolicy object of it (float32 when absent); an
+  // unknown one is refused.
+  DTypePolicy dtype(const char* key);
 
   // Throws NotImplementedError naming the layer and the field.
   [[noreturn]] void unsupported(const char* key, const std::string& why) const;
@@ -75,7 +77,7 @@ namespace config_json {
 nlohmann::json serialized(const std::string& module, const std::string& class_name,
                           nlohmann::json config);
 // The float32 DTypePolicy object every layer's config carries.
-nlohmann::json float32_policy();
+nlohmann::json dtype_policy(const DTypePolicy& policy);
 // An initializer as Keras serializes it (null pointer: `default_name`'s).
 nlohmann::json initializer(const initializers::InitializerPtr& initializer, const std::string& default_name);
 // Ours ("" for none) to Keras' ("linear").

@@ -40,7 +40,9 @@ void MultiHeadAttention::create_sublayers(std::int64_t query_width) {
     sub.kernel_initializer = options_.kernel_initializer;
     sub.bias_initializer = options_.bias_initializer;
     sub.name = name;
-    return add_layer(EinsumDense("abc,cde->abde", {-1, num_heads_, head_size}, sub));
+    auto layer = add_layer(EinsumDense("abc,cde->abde", {-1, num_heads_, head_size}, sub));
+    layer->set_dtype_policy(dtype_policy());  // Keras gives sublayers the layer's policy
+    return layer;
   };
   query_ = projection("query", key_dim_);
   key_ = projection("key", key_dim_);
@@ -52,6 +54,8 @@ void MultiHeadAttention::create_sublayers(std::int64_t query_width) {
   out.name = "attention_output";
   output_ = add_layer(EinsumDense("abcd,cde->abe", {-1, options_.output_shape > 0 ? options_.output_shape : query_width}, out));
   dropout_ = add_layer(Dropout(options_.dropout, options_.seed, "dropout"));
+  output_->set_dtype_policy(dtype_policy());
+  dropout_->set_dtype_policy(dtype_policy());
 }
 
 std::vector<SavedSublayer> MultiHeadAttention::saved_sublayers() const {

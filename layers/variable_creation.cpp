@@ -14,7 +14,7 @@ Tensor create_variable(const std::string& path, const Shape& shape, DType dtype,
                        const initializers::Initializer& initializer) {
   check_valid_shape(shape, path.c_str());
   if (!is_floating(dtype)) {
-    throw DTypeError(str("variable '", path, "' must be float32 or float64, got ",
+    throw DTypeError(str("variable '", path, "' must be floating (float32, float64, bfloat16 or float16), got ",
                          dtype_name(dtype)));
   }
   NoGradGuard no_grad;

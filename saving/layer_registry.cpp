@@ -126,7 +126,7 @@ LayerPtr layer_from_config(const nlohmann::json& serialized) {
   if (!layer) throw ValueError(str("load_model: the factory of '", class_name, "' made no layer"));
   if (class_name != "InputLayer") {
     layer->set_trainable(reader.boolean("trainable", true));
-    reader.dtype("dtype");
+    layer->set_dtype_policy(reader.dtype("dtype"));
   }
   reader.finish();
   return layer;

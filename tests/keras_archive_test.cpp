@@ -229,9 +229,9 @@ TEST_F(KerasArchiveTest, UnsupportedConfigsNameTheLayerAndTheField) {
   expect_throw_with<NotImplementedError>(
       [&] {
         load_model(archive_with(R"({"class_name": "Dense", "config": {"name": "d", "units": 2,
-          "dtype": {"class_name": "DTypePolicy", "config": {"name": "mixed_bfloat16"}}}})"));
+          "dtype": {"class_name": "DTypePolicy", "config": {"name": "int8_from_float32"}}}})"));
       },
-      "field 'dtype' is the dtype policy 'mixed_bfloat16'");
+      "unknown dtype policy 'int8_from_float32'");
   expect_throw_with<NotImplementedError>(
       [&] { load_model(archive_with(R"({"class_name": "Dense", "config": {"name": "d", "units": 2, "activation": "hard_silu"}})")); },
       "field 'activation' = 'hard_silu' is not an activation keras-cpp has");

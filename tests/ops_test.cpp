@@ -5,6 +5,7 @@
 //   3. for its gradient, in float64, against central finite differences of sum(op(x) * w).
 //   4. with NaN, +inf and -inf among its inputs, in float64 and float32, against the same
 //      reference: non-finite values propagate as in NumPy (a NaN is never masked to a number).
+//   5. in bfloat16 and float16, output and gradient, within the dtype's resolution.
 // Each check runs on every backend (see TestDevice). Adding an op to the engine means adding a
 // row here; OpTableCoverage fails for an op of engine/ops.h without one. References use NumPy's NaN rules:
 // maximum/minimum/max/min/argmax propagate NaN (nan_max below), unlike std::max.
@@ -754,6 +755,64 @@ TEST_P(OpTable, NonFiniteInputsPropagateAsInNumPy) {
   expect_same_nonfinite(c.op(inputs32).to_vector<double>(), expected, 2e-5, c.name + " float32");
 }
 
+// Half precision: every op on bfloat16 and float16 inputs against the float64 reference on the
+// same (rounded) inputs. Kernels compute 16-bit tensors in float32 and round each result once
+// (engine/float32_compute.h), so an op's error is half a unit in the last place of its result:
+// 2^-9 of it in bfloat16 (8 significant bits), 2^-12 in float16 (11 bits). The tolerances
+// allow two such roundings, for the ops written as two ops (x * scalar_like, var's mean of
+// squares) and for float16's double rounding from float64 through float32. Gradients: the same
+// inputs' float64 gradient, two roundings per op of the rule, so four units here.
+struct HalfPrecision {
+  DType dtype;
+  double unit;  // 2^-(significant bits)
+};
+constexpr HalfPrecision kHalfPrecisions[] = {{bfloat16, 1.0 / 256}, {float16, 1.0 / 2048}};
+
+TEST_P(OpTable, HalfPrecisionMatchesTheReferenceWithinItsResolution) {
+  const OpCase& c = op_case();
+  for (const HalfPrecision& half : kHalfPrecisions) {
+    std::vector<Tensor> inputs;
+    Inputs values;
+    for (std::size_t i = 0; i < c.shapes.size(); ++i) {
+      inputs.push_back(make_input(c.shapes[i], c.domain, 1000 + i).astype(half.dtype));
+      values.push_back(inputs.back().to_vector<double>());
+    }
+    Values expected = c.reference(values, c.shapes);
+    Tensor out = c.op(on_device(inputs));
+    std::string what = c.name + " " + std::string(dtype_name(half.dtype));
+    if (is_floating(out.dtype())) {
+      EXPECT_EQ(out.dtype(), half.dtype) << what << ": the result's dtype";
+    }
+    testing::expect_close(out.to_vector<double>(), expected, 2 * half.unit, what);
+  }
+}
+
+TEST_P(OpTable, HalfPrecisionGradientMatchesFloat64) {
+  const OpCase& c = op_case();
+  if (!c.differentiable) GTEST_SKIP() << c.name << " has no gradient";
+  for (const HalfPrecision& half : kHalfPrecisions) {
+    std::vector<Tensor> narrow, wide;
+    for (std::size_t i = 0; i < c.shapes.size(); ++i) {
+      Tensor rounded = make_input(c.shapes[i], c.domain, 2000 + i).astype(half.dtype);
+      narrow.push_back(rounded.to(device()).clone().set_requires_grad(true));
+      wide.push_back(rounded.astype(float64).to(device()).clone().set_requires_grad(true));
+    }
+    Tensor weights = testing::random_tensor(c.op(wide).shape(), 77, float64).astype(half.dtype);
+    ops::sum(c.op(wide) * weights.astype(float64).to(device())).backward();
+    ops::sum(c.op(narrow) * weights.to(device())).backward();
+    for (std::size_t i = 0; i < narrow.size(); ++i) {
+      std::string what = c.name + " " + std::string(dtype_name(half.dtype)) + " gradient of input " + std::to_string(i);
+      ASSERT_TRUE(narrow[i].grad().defined()) << what;
+      EXPECT_EQ(narrow[i].grad().dtype(), half.dtype) << what;
+      // A gradient sums many products: scale the tolerance by the largest of them.
+      Values expected = wide[i].grad().to_vector<double>();
+      double largest = 1.0;
+      for (double value : expected) largest = std::max(largest, std::abs(value));
+      testing::expect_close(narrow[i].grad().to_vector<double>(), expected, 4 * half.unit * largest, what);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllOps, OpTable,
                          ::testing::Combine(::testing::ValuesIn(all_cases()),
                                             ::testing::Values(TestDevice::cpu,
@@ -786,7 +845,7 @@ TEST(Einsum, BadEquationsAreClearErrors) {
   expect_throw_with<NotImplementedError>([&] { ops::einsum("aab,bc->ac", Tensor::zeros({3, 3, 4}), kernel); },
                                          "repeats 'a' in one operand");
   expect_throw_with<DTypeError>([&] { ops::einsum("ab,bc->ac", Tensor::zeros({2, 4}, int64), Tensor::zeros({4, 5}, int64)); },
-                                "float32 or float64");
+                                "expects a floating tensor");
 }
 
 // The table's shapes are small enough that a convolution runs as one oneDNN call; a batch this
@@ -841,7 +900,7 @@ TEST(Convolution, BadInputsAreClearErrors) {
                                 "max_pool: the window's height of 6 (size 6, dilation 1) is larger than the input's height of 5");
   expect_throw_with<NotImplementedError>([&] { ops::average_pool(x, {2}, {}, "valid", "channels_first"); },
                                          "average_pool: data_format \"channels_first\"");
-  expect_throw_with<DTypeError>([&] { ops::max_pool(Tensor::zeros({1, 2, 2, 1}, int64), {2}); }, "float32 or float64");
+  expect_throw_with<DTypeError>([&] { ops::max_pool(Tensor::zeros({1, 2, 2, 1}, int64), {2}); }, "expects a floating tensor");
 }
 
 TEST(OpTableCoverage, EveryOpInOpsHeaderHasARow) {

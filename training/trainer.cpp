@@ -518,7 +518,8 @@ void Trainer::apply_gradients(const Tensor& loss, double loss_scale, const Batch
     const bool flag_rides = read_logs_here.has_value() && model_.gradient_reducer_->flag_rides_gradients() &&
                             context.agreement_is_the_group();
     if (flag_rides) model_.gradient_reducer_->set_step_flag(*read_logs_here);
-    Tensor scaled = loss * loss_scale;
+    // LossScaleOptimizer's scale on top of this process's share of the batch.
+    Tensor scaled = model_.optimizer_->scale_loss(loss * loss_scale);
     // Buckets start their all-reduce while the rest of the backward pass runs.
     keras::backward({scaled}, {Tensor::ones({}, scaled.dtype(), scaled.device())},
                     [this](const Tensor& leaf) { model_.gradient_reducer_->gradient_ready(leaf); });
@@ -532,7 +533,7 @@ void Trainer::apply_gradients(const Tensor& loss, double loss_scale, const Batch
       model_.gather_optimizer_state();
       model_.gradient_reducer_.reset();
     }
-    loss.backward();
+    model_.optimizer_->scale_loss(loss).backward();
   }
   std::vector<Tensor> gradients;
   gradients.reserve(variables.size());

@@ -2,6 +2,7 @@
 #include <atomic>
 
 #include "engine/cpu/kernels.h"
+#include "engine/float32_compute.h"
 #include "engine/gpu_provider.h"
 
 namespace keras {
@@ -9,10 +10,17 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-#define KERAS_FORWARD_TO_CPU(name, parameters, arguments) \
-  void name parameters override { cpu::name arguments; }
+// Half-precision arguments reach the kernels as float32 (engine/float32_compute.h).
+#define KERAS_UNPACK_ARGUMENTS(...) __VA_ARGS__
+#define KERAS_FORWARD_TO_CPU(name, parameters, arguments)                                \
+  void name parameters override {                                                        \
+    float32_compute::call_in_float32(                                                    \
+        *this, #name, [](auto&... wide) { cpu::name(wide...); },                         \
+        KERAS_UNPACK_ARGUMENTS arguments);                                               \
+  }
   KERAS_KERNELS(KERAS_FORWARD_TO_CPU)
 #undef KERAS_FORWARD_TO_CPU
+#undef KERAS_UNPACK_ARGUMENTS
 };
 
 std::atomic<Backend*> cpu_override{nullptr};

@@ -183,7 +183,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
     }
     return;
   }
-  dispatch_dtype(a.dtype(), [&](auto zero) {
+  dispatch_compute_dtype(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     switch (op) {
       case BinaryOp::equal: binary_loop<T, bool>(a, b, out, [](T x, T y) { return x == y; }); return;

@@ -217,7 +217,7 @@ void binary(Launcher& launcher, BinaryOp op, const Tensor& a, const Tensor& b, T
                                  row_major_strides(out.shape())}),
       binary_op_name(op));
   bool to_bool = out.dtype() == DType::bool_;
-  dispatch_dtype(a.dtype(), [&](auto zero) {
+  dispatch_compute_dtype(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     if (to_bool) {
       launcher.for_each(out.size(), BinaryBody<T, bool>{op, map, elements_of<T>(a), elements_of<T>(b),

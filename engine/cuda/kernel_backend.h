@@ -1,10 +1,12 @@
 // A Backend whose kernels are engine/cuda/'s kernel bodies run by a Launcher made for the
 // device of the call's first tensor argument. The CUDA backend is KernelBackend<CudaLauncher>;
-// tests/gpu_emulation/ uses KernelBackend<HostLauncher> on host memory.
+// tests/gpu_emulation/ uses KernelBackend<HostLauncher> on host memory. Half-precision
+// arguments reach the kernels as float32 (engine/float32_compute.h).
 #pragma once
 #include <optional>
 
 #include "engine/cuda/kernels.h"
+#include "engine/float32_compute.h"
 
 namespace keras::gpu_kernels {
 
@@ -29,8 +31,13 @@ class KernelBackend final : public Backend {
 #define KERAS_UNPACK_ARGUMENTS(...) __VA_ARGS__
 #define KERAS_BIND_GPU_KERNEL(name, parameters, arguments)             \
   void name parameters override {                                      \
-    Launcher launcher(device_of arguments);                             \
-    gpu_kernels::name(launcher, KERAS_UNPACK_ARGUMENTS arguments);     \
+    float32_compute::call_in_float32(                                  \
+        *this, #name,                                                  \
+        [](auto&... wide) {                                            \
+          Launcher launcher(device_of(wide...));                       \
+          gpu_kernels::name(launcher, wide...);                        \
+        },                                                             \
+        KERAS_UNPACK_ARGUMENTS arguments);                             \
   }
   KERAS_KERNELS(KERAS_BIND_GPU_KERNEL)
 #undef KERAS_BIND_GPU_KERNEL

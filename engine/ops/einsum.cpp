@@ -156,6 +156,11 @@ Tensor einsum(const std::string& equation, const Tensor& a_in, const Tensor& b_i
   detail::check_defined(b_in, "einsum", "b");
   detail::check_same_device(a_in, b_in, "einsum");
   detail::check_same_dtype(a_in, b_in, "einsum");
+  if (is_half_precision(a_in.dtype())) {
+    // Lowered to several ops (a sum over a letter, then a batched matmul), each of which would
+    // round to 16 bits: computed in float32 and rounded once, as XLA computes a dot.
+    return cast(einsum(equation, cast(a_in, float32), cast(b_in, float32)), a_in.dtype());
+  }
   detail::check_floating(a_in, "einsum");
   Equation parsed = parse(equation, a_in, b_in);
   std::array<std::string, 2> terms = parsed.operands;

@@ -30,7 +30,7 @@ inline void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
 
 inline void check_floating(const Tensor& x, const char* op) {
   if (!is_floating(x.dtype())) {
-    throw DTypeError(str(op, " expects a float32 or float64 tensor, got ", dtype_name(x.dtype())));
+    throw DTypeError(str(op, " expects a floating tensor (float32, float64, bfloat16 or float16), got ", dtype_name(x.dtype())));
   }
 }
 

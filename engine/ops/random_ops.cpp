@@ -8,7 +8,7 @@ Tensor random_slice(const RandomSpec& spec, const Shape& full_shape, const Shape
   check_valid_shape(full_shape, "random");
   check_valid_shape(shape, "random");
   if (!is_floating(dtype)) {
-    throw DTypeError(str("random: dtype must be float32 or float64, got ", dtype_name(dtype)));
+    throw DTypeError(str("random: dtype must be floating (float32, float64, bfloat16 or float16), got ", dtype_name(dtype)));
   }
   if (starts.size() != full_shape.size() || shape.size() != full_shape.size()) {
     throw ValueError(str("random_slice: starts ", shape_to_string(starts), " and shape ",
@@ -41,7 +41,7 @@ Tensor dropout(const Tensor& x, double rate, std::uint64_t key) {
   if (!x.defined()) throw ValueError("dropout: x is undefined");
   if (!(rate >= 0.0 && rate < 1.0)) throw ValueError(str("dropout: rate must be in [0, 1), got ", rate));
   if (!is_floating(x.dtype())) {
-    throw DTypeError(str("dropout: x must be float32 or float64, got ", dtype_name(x.dtype())));
+    throw DTypeError(str("dropout: x must be floating (float32, float64, bfloat16 or float16), got ", dtype_name(x.dtype())));
   }
   auto draw = [rate, key](const std::vector<Tensor>& local, const Shape& whole, const Shape& starts) {
     const Tensor& block = local[0];

@@ -1,0 +1,92 @@
+// How every backend computes on bfloat16 and float16 tensors: a kernel that only moves or
+// converts elements (fill, cast, transpose, slices, take, one_hot, where) takes them natively;
+// any other kernel sees float32 copies of its half-precision arguments and writes float32
+// results that are rounded back once into the half-precision outputs. This is XLA's rule for
+// 16-bit ops its CPU and GPU backends have no native kernel for (its float-normalization pass),
+// and what keeps sums and matmul accumulations in float32. A backend that has a native 16-bit
+// kernel (oneDNN's bf16 matmul on AMX, cuBLAS' bf16 GEMM) takes the call before this does.
+//
+// The CPU backend (engine/cpu/cpu_backend.cpp) and the GPU kernel backend
+// (engine/cuda/kernel_backend.h) wrap each kernel with `call_in_float32`; the conversions run
+// on the backend's own cast kernel, on the device the tensors live on.
+#pragma once
+#include <cstring>
+#include <deque>
+#include <string_view>
+#include <utility>
+
+#include "engine/backend.h"
+
+namespace keras::float32_compute {
+
+// The kernels that take half-precision tensors as they are.
+inline bool is_native(std::string_view kernel) {
+  return kernel == "fill" || kernel == "cast" || kernel == "transpose" ||
+         kernel == "copy_slice" || kernel == "write_slice" || kernel == "check_indices" ||
+         kernel == "take" || kernel == "one_hot" || kernel == "where";
+}
+
+// The kernels whose non-const tensors are read as well as written (optimizer slots): their
+// float32 copies start from the current values. Every other output is only written.
+inline bool reads_outputs(std::string_view kernel) {
+  return kernel.size() > 7 && kernel.substr(kernel.size() - 7) == "_update";
+}
+
+inline bool is_half_tensor(const Tensor& tensor) {
+  return tensor.defined() && is_half_precision(tensor.dtype());
+}
+template <typename Other>
+bool is_half_tensor(const Other&) {
+  return false;
+}
+
+// Float32 stand-ins for one kernel call's half-precision arguments; the destructor-free
+// `finish` rounds the outputs back (not a destructor: a kernel that threw must not write).
+class Widening {
+ public:
+  Widening(Backend& backend, bool read_outputs) : backend_(backend), read_outputs_(read_outputs) {}
+
+  const Tensor& operator()(const Tensor& input) {
+    if (!is_half_tensor(input)) return input;
+    Tensor& wide = stand_ins_.emplace_back(Tensor::empty(input.local_shape(), float32, input.device()));
+    backend_.cast(input, wide);
+    return wide;
+  }
+  Tensor& operator()(Tensor& output) {
+    if (!is_half_tensor(output)) return output;
+    Tensor& wide = stand_ins_.emplace_back(Tensor::empty(output.local_shape(), float32, output.device()));
+    if (read_outputs_) backend_.cast(output, wide);
+    outputs_.emplace_back(&output, &wide);
+    return wide;
+  }
+  template <typename Other>
+  Other& operator()(Other& argument) {
+    return argument;
+  }
+
+  void finish() {
+    for (auto& [output, wide] : outputs_) backend_.cast(*wide, *output);
+  }
+
+ private:
+  Backend& backend_;
+  bool read_outputs_;
+  std::deque<Tensor> stand_ins_;  // a deque: references to its elements stay valid
+  std::deque<std::pair<Tensor*, Tensor*>> outputs_;
+};
+
+// Runs kernel(arguments...) directly, or on float32 stand-ins when some argument is a
+// half-precision tensor and `name` is not a native kernel.
+template <typename Kernel, typename... Arguments>
+void call_in_float32(Backend& backend, std::string_view name, Kernel&& kernel,
+                     Arguments&... arguments) {
+  if (!(is_half_tensor(arguments) || ...) || is_native(name)) {
+    kernel(arguments...);
+    return;
+  }
+  Widening widening(backend, reads_outputs(name));
+  kernel(widening(arguments)...);
+  widening.finish();
+}
+
+}  // namespace keras::float32_compute

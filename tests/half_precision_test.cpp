@@ -1,0 +1,158 @@
+// bfloat16 and float16 tensors: the conversions (every 16-bit pattern, the rounding edges, and
+// float16 against the CPU's own F16C instructions where it has them), casts, printing, files,
+// random fills and the float32-compute rule. The ops themselves are checked in half precision
+// by the op table (ops_test.cpp, check 5).
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "engine/half_precision.h"
+#include "tests/test_helpers.h"
+
+namespace keras {
+namespace {
+
+float bits_to_float(std::uint32_t bits) { return half_bits::to_float(bits); }
+
+TEST(HalfPrecisionConversion, EveryPatternSurvivesARoundTripThroughFloat32) {
+  for (std::uint32_t pattern = 0; pattern < 0x10000; ++pattern) {
+    auto bits = static_cast<std::uint16_t>(pattern);
+    float b = half_bits::float_of_bfloat16(bits);
+    float h = half_bits::float_of_float16(bits);
+    if (std::isnan(b)) {
+      EXPECT_TRUE(std::isnan(float(BFloat16(b)))) << std::hex << pattern;
+    } else {
+      EXPECT_EQ(half_bits::bfloat16_of(b), bits) << std::hex << pattern;
+    }
+    if (std::isnan(h)) {
+      EXPECT_TRUE(std::isnan(float(Float16(h)))) << std::hex << pattern;
+    } else {
+      EXPECT_EQ(half_bits::float16_of(h), bits) << std::hex << pattern;
+    }
+  }
+}
+
+TEST(HalfPrecisionConversion, RoundsToNearestTiesToEven) {
+  // bfloat16 keeps 8 significant bits: 1 + 2^-8 is halfway between 1 and 1 + 2^-7.
+  EXPECT_EQ(float(BFloat16(1.0f + 0x1p-8f)), 1.0f);
+  EXPECT_EQ(float(BFloat16(1.0f + 0x1p-8f + 0x1p-20f)), 1.0f + 0x1p-7f);
+  EXPECT_EQ(float(BFloat16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);  // tie to the even side
+  EXPECT_EQ(float(BFloat16(-2.5f)), -2.5f);
+  EXPECT_TRUE(std::isinf(float(BFloat16(std::numeric_limits<float>::max()))));
+  EXPECT_TRUE(std::signbit(float(BFloat16(-0.0f))));
+  // float16: 11 significant bits, largest finite 65504, smallest subnormal 2^-24.
+  EXPECT_EQ(float(Float16(1.0f + 0x1p-11f)), 1.0f);
+  EXPECT_EQ(float(Float16(1.0f + 3 * 0x1p-11f)), 1.0f + 0x1p-9f);
+  EXPECT_EQ(float(Float16(65504.0f)), 65504.0f);
+  EXPECT_EQ(float(Float16(65519.0f)), 65504.0f);
+  EXPECT_TRUE(std::isinf(float(Float16(65520.0f))));
+  EXPECT_EQ(float(Float16(0x1p-24f)), 0x1p-24f);
+  EXPECT_EQ(float(Float16(0x1p-25f)), 0.0f);             // a tie, to the even zero
+  EXPECT_EQ(float(Float16(3 * 0x1p-25f)), 0x1p-23f);     // a tie, to the even 2 * 2^-24
+  EXPECT_EQ(float(Float16(0x1p-14f - 0x1p-26f)), 0x1p-14f);  // rounds up into the normals
+  EXPECT_TRUE(std::isnan(float(Float16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::isnan(float(BFloat16(bits_to_float(0x7f800001u)))));  // a signalling NaN
+}
+
+#if defined(__x86_64__)
+__attribute__((target("f16c"))) std::uint16_t hardware_float16(float value) {
+  return static_cast<std::uint16_t>(_cvtss_sh(value, _MM_FROUND_TO_NEAREST_INT));
+}
+#endif
+
+// The CPU's F16C conversion is an independent reference for float16's rounding: every 4099th
+// float32 pattern (about a million, all signs, exponents and subnormals) must give its bits.
+TEST(HalfPrecisionConversion, Float16MatchesTheCpusF16cInstructions) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "this CPU has no F16C instructions";
+  int mismatches = 0;
+  for (std::uint64_t pattern = 0; pattern <= 0xffffffffu; pattern += 4099) {
+    float value = bits_to_float(static_cast<std::uint32_t>(pattern));
+    if (std::isnan(value)) continue;  // NaN payloads differ; NaN-ness is checked above
+    std::uint16_t ours = half_bits::float16_of(value), theirs = hardware_float16(value);
+    if (ours != theirs && ++mismatches <= 5) {
+      ADD_FAILURE() << std::hexfloat << value << ": ours 0x" << std::hex << ours << ", F16C 0x"
+                    << theirs;
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+#else
+  GTEST_SKIP() << "not an x86-64 CPU";
+#endif
+}
+
+TEST(HalfPrecisionTensors, NamesCastsAndPrinting) {
+  EXPECT_EQ(dtype_from_name("bfloat16"), bfloat16);
+  EXPECT_EQ(dtype_from_name("float16"), float16);
+  EXPECT_EQ(dtype_size(bfloat16), 2u);
+  EXPECT_EQ(dtype_size(float16), 2u);
+  EXPECT_TRUE(is_floating(bfloat16));
+  EXPECT_TRUE(is_half_precision(float16));
+  EXPECT_FALSE(is_half_precision(float32));
+
+  Tensor x = Tensor::from_vector(std::vector<float>{1.0f, 1.00390625f, -3.14159f, 70000.0f}, {4});
+  Tensor b = x.astype(bfloat16);
+  Tensor h = x.astype(float16);
+  EXPECT_EQ(b.nbytes(), 8u);
+  std::vector<float> b_values = b.to_vector<float>(), h_values = h.to_vector<float>();
+  EXPECT_EQ(b_values[1], 1.0f);        // the tie rounds to even
+  EXPECT_EQ(b_values[2], -3.140625f);
+  EXPECT_EQ(b_values[3], 70144.0f);
+  EXPECT_EQ(h_values[2], -3.140625f);
+  EXPECT_TRUE(std::isinf(h_values[3]));  // beyond float16's 65504
+  EXPECT_NE(b.to_string().find("bfloat16"), std::string::npos) << b.to_string();
+  // Integers and bools convert through float32.
+  EXPECT_EQ(b.astype(int32).to_vector<std::int32_t>(), (std::vector<std::int32_t>{1, 1, -3, 70144}));
+  EXPECT_EQ(Tensor::full({2}, 0.5, float16).astype(bool_).to_vector<double>(), (std::vector<double>{1, 1}));
+  EXPECT_DOUBLE_EQ(Tensor::scalar(0.1, bfloat16).item(), 0.10009765625);
+}
+
+TEST(HalfPrecisionTensors, OpsComputeInFloat32AndRoundOnce) {
+  // 256 + 1 + 1 in bfloat16 arithmetic would round 257 back to 256 twice; in float32 the
+  // sum is 258, which bfloat16 holds.
+  Tensor x = Tensor::from_vector(std::vector<float>{256.0f, 1.0f, 1.0f}, {3}).astype(bfloat16);
+  EXPECT_EQ(ops::sum(x).dtype(), bfloat16);
+  EXPECT_EQ(ops::sum(x).item(), 258.0);
+  // A matmul accumulates in float32: 256 + 1 + ... + 1 (64 ones) is 320.
+  std::vector<float> row(65, 1.0f);
+  row[0] = 256.0f;
+  Tensor a = Tensor::from_vector(row, {1, 65}).astype(bfloat16);
+  Tensor ones = Tensor::ones({65, 1}, bfloat16);
+  EXPECT_EQ(ops::matmul(a, ones).item(), 320.0);
+  // Mixed dtypes are refused as for any other pair.
+  EXPECT_THROW(ops::add(x, x.astype(float32)), DTypeError);
+  // Gradients flow through casts and come back in each input's dtype.
+  Tensor w = Tensor::full({3}, 2.0, float32).set_requires_grad(true);
+  Tensor y = ops::sum(ops::cast(w, bfloat16) * x);
+  y.backward();
+  EXPECT_EQ(w.grad().dtype(), float32);
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{256.0f, 1.0f, 1.0f}));
+}
+
+TEST(HalfPrecisionTensors, RandomFillsAreTheFloat32DrawRounded) {
+  RandomSpec spec{RandomDistribution::normal, 0.0, 1.0, 42};
+  Tensor wide = ops::random(spec, {64}, float32);
+  Tensor narrow = ops::random(spec, {64}, bfloat16);
+  EXPECT_EQ(narrow.dtype(), bfloat16);
+  EXPECT_EQ(narrow.to_vector<float>(), wide.astype(bfloat16).to_vector<float>());
+}
+
+TEST(HalfPrecisionTensors, SafetensorsStoresBf16AndF16) {
+  std::string path = (std::filesystem::temp_directory_path() / "keras_half_precision.safetensors").string();
+  Tensor x = testing::random_tensor({3, 5}, 7, float32);
+  io::save_safetensors(path, {{"b", x.astype(bfloat16)}, {"h", x.astype(float16)}});
+  auto loaded = io::load_safetensors(path);
+  std::filesystem::remove(path);
+  ASSERT_EQ(loaded.size(), 2u);
+  EXPECT_EQ(loaded[0].second.dtype(), bfloat16);
+  EXPECT_EQ(loaded[1].second.dtype(), float16);
+  EXPECT_EQ(loaded[0].second.to_vector<float>(), x.astype(bfloat16).to_vector<float>());
+  EXPECT_EQ(loaded[1].second.to_vector<float>(), x.astype(float16).to_vector<float>());
+}
+
+}  // namespace
+}  // namespace keras
