@@ -4,7 +4,8 @@
 // `mpirun -np P` it times DataParallel with the BatchNormalizations unsynchronized (Keras'
 // default) and synchronized, one after the other, the global batch the same.
 // compare_keras_jax.py runs it beside the same model in Keras 3 + JAX.
-//   [mpirun -np P] convnet_step [--steps N] [--warmup N] [--batch-size N] [--json]
+//   [mpirun -np P] convnet_step [--steps N] [--warmup N] [--batch-size N]
+//                               [--dtype-policy float32|mixed_bfloat16|...] [--json]
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -64,14 +65,16 @@ int main(int argc, char** argv) {
       if (options.json) {
         std::printf("{\"mode\": \"%s\", \"processes\": %d, \"threads\": %d, \"batch\": %lld, \"step_ms\": %.3f, "
                     "\"images_per_second\": %.1f, \"model_gflop_per_step\": %.4f, \"fma_roof_gflops\": %.2f, \"fma_roof\": \"%s\", "
-                    "\"mfu\": %.4f}\n",
+                    "\"mfu\": %.4f, \"dtype_policy\": \"%s\"}\n",
                     mode.c_str(), processes, keras::num_threads(), static_cast<long long>(options.batch_size),
-                    step * 1e3, images_per_second, flops / 1e9, roof.gflops, roof.name.c_str(), utilisation);
+                    step * 1e3, images_per_second, flops / 1e9, roof.gflops, roof.name.c_str(), utilisation,
+                    options.dtype_policy.c_str());
       } else {
         std::printf("%s on %d process(es) x %d thread(s), batch %lld: %.2f ms/step, %.0f images/s, %.3f GFLOP/step, "
-                    "MFU %.1f%% of the %s roof (%.1f GFLOP/s a process)\n",
+                    "MFU %.1f%% of the %s roof (%.1f GFLOP/s a process), policy %s\n",
                     mode.c_str(), processes, keras::num_threads(), static_cast<long long>(options.batch_size),
-                    step * 1e3, images_per_second, flops / 1e9, utilisation * 100, roof.name.c_str(), roof.gflops);
+                    step * 1e3, images_per_second, flops / 1e9, utilisation * 100, roof.name.c_str(), roof.gflops,
+                    options.dtype_policy.c_str());
       }
     }
     kd::finalize();

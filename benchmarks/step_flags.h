@@ -1,6 +1,7 @@
 // The step benchmarks' command lines (data_parallel_step, model_parallel_step,
 // transformer_step, convnet_step), read one way: --json alone; --steps, --warmup and
-// --batch-size positive integers; a benchmark's own flags through `other`, which returns false
+// --batch-size positive integers; --dtype-policy a Keras policy name, set as the global policy
+// (layers/dtype_policy.h) before the benchmark makes its model; a benchmark's own flags through `other`, which returns false
 // for a flag it does not know (an error naming the flag).
 #pragma once
 #include <cstdlib>
@@ -16,6 +17,7 @@ struct StepFlags {
   int warmup = 3;
   std::int64_t batch_size = 128;
   bool json = false;
+  std::string dtype_policy = "float32";
 };
 
 inline long positive_integer(const std::string& flag, const std::string& text) {
@@ -41,8 +43,10 @@ inline void parse_step_flags(int argc, char** argv, StepFlags& flags,
     if (flag == "--steps") flags.steps = static_cast<int>(positive_integer(flag, text));
     else if (flag == "--warmup") flags.warmup = static_cast<int>(positive_integer(flag, text));
     else if (flag == "--batch-size") flags.batch_size = positive_integer(flag, text);
+    else if (flag == "--dtype-policy") flags.dtype_policy = keras::DTypePolicy(text).name();  // checks it
     else if (!other || !other(flag, text)) throw keras::ValueError(keras::str("unknown flag ", flag));
   }
+  keras::mixed_precision::set_global_policy(flags.dtype_policy);
 }
 
 }  // namespace keras_benchmarks

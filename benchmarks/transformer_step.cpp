@@ -6,7 +6,7 @@
 // runs it beside the same model in Keras 3 + JAX.
 //   [mpirun -np P] transformer_step [--steps N] [--warmup N] [--batch-size N] [--blocks N]
 //                  [--width N] [--heads N] [--context N] [--only none|data_parallel|model_parallel]
-//                  [--json]
+//                  [--dtype-policy float32|mixed_bfloat16|...] [--json]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -101,16 +101,16 @@ int main(int argc, char** argv) {
       if (options.json) {
         std::printf("{\"mode\": \"%s\", \"processes\": %d, \"threads\": %d, \"batch\": %lld, \"context\": %lld, "
                     "\"step_ms\": %.3f, \"tokens_per_second\": %.1f, \"model_gflop_per_step\": %.3f, "
-                    "\"fma_roof_gflops\": %.2f, \"fma_roof\": \"%s\", \"mfu\": %.4f}\n",
+                    "\"fma_roof_gflops\": %.2f, \"fma_roof\": \"%s\", \"mfu\": %.4f, \"dtype_policy\": \"%s\"}\n",
                     mode.c_str(), processes, keras::num_threads(), static_cast<long long>(options.batch_size),
                     static_cast<long long>(context), step * 1e3, tokens_per_second, flops / 1e9, roof.gflops,
-                    roof.name.c_str(), utilisation);
+                    roof.name.c_str(), utilisation, options.dtype_policy.c_str());
       } else {
         std::printf("%s on %d process(es) x %d thread(s), batch %lld x %lld bytes: %.1f ms/step, %.0f tokens/s, "
-                    "%.2f GFLOP/step, MFU %.1f%% of the %s roof (%.1f GFLOP/s a process)\n",
+                    "%.2f GFLOP/step, MFU %.1f%% of the %s roof (%.1f GFLOP/s a process), policy %s\n",
                     mode.c_str(), processes, keras::num_threads(), static_cast<long long>(options.batch_size),
                     static_cast<long long>(context), step * 1e3, tokens_per_second, flops / 1e9,
-                    utilisation * 100, roof.name.c_str(), roof.gflops);
+                    utilisation * 100, roof.name.c_str(), roof.gflops, options.dtype_policy.c_str());
       }
     }
     kd::finalize();

@@ -35,6 +35,10 @@ Tensor through_handler(OpCall call) {
   }
   const ShardedOpHandler* handler = sharded_op_handler();
   if (handler != nullptr) {
+    // The draws and the batch mean go through the handler annotated or not (an unannotated
+    // activation is this process's rows of the global batch); the other families when an
+    // operand is annotated, as goes_through_handler asks.
+    if (call.family == OpFamily::random || call.family == OpFamily::batch) return handler->dispatch(call);
     for (const Tensor& operand : call.operands) {
       if (operand.defined() && operand.annotation()) return handler->dispatch(call);
     }

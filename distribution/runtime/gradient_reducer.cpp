@@ -15,6 +15,14 @@ namespace keras::distribution {
 
 BucketOptions BucketOptions::from_environment() {
   BucketOptions options;
+  if (std::optional<std::string> compression = environment::get("KERAS_GRADIENT_COMPRESSION")) {
+    if (*compression == "bfloat16") {
+      options.compress_to_bfloat16 = true;
+    } else if (*compression != "none") {
+      throw ValueError(str("KERAS_GRADIENT_COMPRESSION: got '", compression->substr(0, 40),
+                           "'; expected none or bfloat16"));
+    }
+  }
   std::optional<std::string> sizing = environment::get("KERAS_GRADIENT_BUCKETS");
   if (!sizing || *sizing == "by_link") return options;
   if (*sizing == "packed") {
@@ -31,7 +39,9 @@ BucketOptions BucketOptions::from_environment() {
 GradientReducer::GradientReducer(std::shared_ptr<Communicator> group,
                                  std::vector<Tensor> variables, BucketOptions options, bool overlap,
                                  bool shard_updates)
-    : group_(std::move(group)), overlap_(overlap), variables_(std::move(variables)) {
+    : group_(std::move(group)), overlap_(overlap), variables_(std::move(variables)),
+      compress_(options.compress_to_bfloat16) {
+  if (compress_) shard_updates = false;  // a reduce-scatter of bfloat16 blocks is not written
   if (!group_) throw ValueError("GradientReducer: the process group is null");
   Device device = variables_.empty() ? Device::cpu() : variables_.front().device();
   for (const Tensor& variable : variables_) {
@@ -160,6 +170,7 @@ void GradientReducer::check_layout_and_size_buckets(BucketOptions options, bool 
     Bucket& bucket = buckets_[index];
     std::int64_t flag = index == flag_bucket_ ? 1 : 0;
     bucket.buffer = Tensor::zeros({bucket.gradient_elements + flag}, bucket.buffer.dtype(), device);
+    if (compress_ && bucket.buffer.dtype() == DType::float32) bucket.wire = Tensor::zeros({bucket.gradient_elements + flag}, bfloat16, device);
   }
 }
 
@@ -169,7 +180,9 @@ void GradientReducer::set_step_flag(bool wanted) {
                      "(flag_rides_gradients() is false)");
   }
   Bucket& bucket = buckets_[flag_bucket_];
-  if (bucket.buffer.dtype() == DType::float32) {
+  if (bucket.wire.defined()) {
+    bucket.wire.data<BFloat16>()[bucket.gradient_elements] = BFloat16(wanted ? 1.0F : 0.0F);
+  } else if (bucket.buffer.dtype() == DType::float32) {
     bucket.buffer.data<float>()[bucket.gradient_elements] = wanted ? 1.0F : 0.0F;
   } else {
     bucket.buffer.data<double>()[bucket.gradient_elements] = wanted ? 1.0 : 0.0;
@@ -202,12 +215,15 @@ bool GradientReducer::serves(const std::shared_ptr<Communicator>& group,
 void GradientReducer::start(Bucket& bucket) {
   bucket.started = true;
   auto begin = std::chrono::steady_clock::now();
-  CollectiveLog::record("all_reduce", group_->name(), static_cast<std::int64_t>(bucket.buffer.nbytes()));
-  const DType dtype = bucket.buffer.dtype();
+  Tensor& sent = bucket.wire.defined() ? bucket.wire : bucket.buffer;
+  CollectiveLog::record("all_reduce", group_->name(), static_cast<std::int64_t>(sent.nbytes()));
+  wire_bytes_ += static_cast<std::int64_t>(sent.nbytes());
+  uncompressed_bytes_ += static_cast<std::int64_t>(bucket.buffer.nbytes());
+  const DType dtype = sent.dtype();
   if (overlap_) {
-    reduce_group().start_all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(), dtype, ReduceOperation::sum);
+    reduce_group().start_all_reduce(sent.raw_data(), sent.size(), dtype, ReduceOperation::sum);
   } else {
-    reduce_group().all_reduce(bucket.buffer.raw_data(), bucket.buffer.size(), dtype, ReduceOperation::sum);
+    reduce_group().all_reduce(sent.raw_data(), sent.size(), dtype, ReduceOperation::sum);
   }
   communication_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
 }
@@ -232,7 +248,10 @@ void GradientReducer::gradient_ready(const Tensor& variable) {
   std::size_t member = 0;
   while (bucket.members[member] != position) ++member;
   Tensor gradient = variable.grad();
-  if (gradient.device().is_cpu()) {
+  if (bucket.wire.defined()) {  // rounded to bfloat16 on the way in
+    Tensor slot = Tensor::view_of(bucket.wire, bucket.offsets[member], {gradient.size()});
+    backend_for(gradient.device()).cast(Tensor::view_of(gradient, 0, {gradient.size()}), slot);
+  } else if (gradient.device().is_cpu()) {
     std::memcpy(static_cast<char*>(bucket.buffer.raw_data()) +
                     bucket.offsets[member] * dtype_size(bucket.buffer.dtype()),
                 gradient.raw_data(), gradient.nbytes());
@@ -289,13 +308,19 @@ void GradientReducer::finish() {
     }
     reduced.push_back(gradient);
     auto begin = std::chrono::steady_clock::now();
-    CollectiveLog::record("all_reduce", group_->name(), static_cast<std::int64_t>(gradient.nbytes()));
+    Tensor sent = gradient;
+    if (compress_ && gradient.dtype() == DType::float32) {
+      sent = Tensor::empty(gradient.shape(), bfloat16, gradient.device());
+      backend_for(gradient.device()).cast(gradient, sent);
+      compressed_in_place_.emplace_back(sent, gradient);
+    }
+    CollectiveLog::record("all_reduce", group_->name(), static_cast<std::int64_t>(sent.nbytes()));
+    wire_bytes_ += static_cast<std::int64_t>(sent.nbytes());
+    uncompressed_bytes_ += static_cast<std::int64_t>(gradient.nbytes());
     if (overlap_) {
-      reduce_group().start_all_reduce(gradient.raw_data(), gradient.size(), gradient.dtype(),
-                                      ReduceOperation::sum);
+      reduce_group().start_all_reduce(sent.raw_data(), sent.size(), sent.dtype(), ReduceOperation::sum);
     } else {
-      reduce_group().all_reduce(gradient.raw_data(), gradient.size(), gradient.dtype(),
-                                ReduceOperation::sum);
+      reduce_group().all_reduce(sent.raw_data(), sent.size(), sent.dtype(), ReduceOperation::sum);
     }
     communication_seconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
@@ -305,6 +330,15 @@ void GradientReducer::finish() {
   reduce_group().wait_for_started_all_reduces();
   last_communication_seconds_ = communication_seconds_;
   communication_seconds_ = 0;
+  // Compressed sums widen back to float32, where the gradients' views and the flag read them.
+  for (Bucket& bucket : buckets_) {
+    if (bucket.wire.defined()) backend_for(bucket.buffer.device()).cast(bucket.wire, bucket.buffer);
+  }
+  for (auto& [sent, gradient] : compressed_in_place_) backend_for(gradient.device()).cast(sent, gradient);
+  compressed_in_place_.clear();
+  last_wire_bytes_ = wire_bytes_;
+  last_uncompressed_bytes_ = uncompressed_bytes_;
+  wire_bytes_ = uncompressed_bytes_ = 0;
   // Each gradient becomes a view of its slice of the bucket (DDP's gradient_as_bucket_view):
   // no copy back and no new allocation; the next step's zero_grad drops the views before the
   // bucket is refilled.

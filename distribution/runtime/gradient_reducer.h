@@ -34,9 +34,16 @@ struct BucketOptions {
   bool size_by_link = true;
   // Packs every gradient into buckets capped at bucket_cap_bytes whatever the link.
   bool packed = false;
+  // Gradient compression (PyTorch DDP's bf16_compress_hook, Horovod's Compression.fp16):
+  // float32 gradients are rounded to bfloat16 for the wire, summed in bfloat16 (each pair in
+  // float32, rounded once: distribution/runtime/half_precision_reduction.h) and widened back,
+  // halving the bytes every step moves. Off by default: the sums then differ from one
+  // process's in the third significant digit. Disables updates by blocks.
+  bool compress_to_bfloat16 = false;
   // The defaults, with KERAS_GRADIENT_BUCKETS applied: "by_link" (the default), "packed",
-  // or "as_on_one_machine" (size_by_link off: fixed, reproducible buckets). Anything else is a
-  // ValueError naming the variable, the value and the three choices.
+  // or "as_on_one_machine" (size_by_link off: fixed, reproducible buckets), and
+  // KERAS_GRADIENT_COMPRESSION: "none" (the default) or "bfloat16". Anything else is a
+  // ValueError naming the variable, the value and the choices.
   static BucketOptions from_environment();
 };
 
@@ -92,6 +99,11 @@ class GradientReducer {
   std::size_t block_updated_count() const { return block_updated_.size(); }
   std::size_t bucket_count() const { return buckets_.size(); }
   std::size_t in_place_count() const { return in_place_.size(); }
+  // Whether gradients travel as bfloat16 (BucketOptions::compress_to_bfloat16), and the
+  // bytes the last step's gradients took on the wire and would have taken uncompressed.
+  bool compresses() const { return compress_; }
+  std::int64_t last_wire_bytes() const { return last_wire_bytes_; }
+  std::int64_t last_uncompressed_bytes() const { return last_uncompressed_bytes_; }
   // Seconds spent in all-reduces during the last step.
   double last_communication_seconds() const { return last_communication_seconds_; }
   // Whether the buckets were sized for a slow link (BucketOptions::size_by_link) and the
@@ -111,6 +123,7 @@ class GradientReducer {
  private:
   struct Bucket {
     Tensor buffer;  // flat, one dtype: the gradients, then (the last bucket's) the step flag
+    Tensor wire;    // compressing: the buffer in bfloat16, which the all-reduce sums
     std::int64_t gradient_elements = 0;
     std::vector<std::size_t> members;  // indices into variables_
     std::vector<std::int64_t> offsets;
@@ -155,6 +168,11 @@ class GradientReducer {
   double communication_seconds_ = 0;
   double last_communication_seconds_ = 0;
   bool state_held_by_blocks_ = false;
+  bool compress_ = false;
+  // Compressing: the in-place gradients' bfloat16 copies in flight, widened back by finish().
+  std::vector<std::pair<Tensor, Tensor>> compressed_in_place_;  // (wire, gradient)
+  std::int64_t wire_bytes_ = 0, uncompressed_bytes_ = 0;
+  std::int64_t last_wire_bytes_ = 0, last_uncompressed_bytes_ = 0;
 };
 
 }  // namespace keras::distribution

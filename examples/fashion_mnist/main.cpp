@@ -5,7 +5,9 @@
 //                 [--epochs N] [--batch-size N] [--learning-rate X] [--data-dir DIR]
 //                 [--threads N] [--seed N] [--save PATH.safetensors]
 //                 [--distribution none|data_parallel] [--csv-log PATH.csv]
-//                 [--backup-dir DIR]
+//                 [--backup-dir DIR] [--dtype-policy float32|mixed_bfloat16|mixed_float16|...]
+// --dtype-policy is Keras' mixed_precision.set_global_policy (layers/dtype_policy.h);
+// mixed_float16 trains with LossScaleOptimizer, as Keras asks.
 // --csv-log writes Keras' CSVLogger file (scripts/plot_history.py draws it); --backup-dir
 // keeps a BackupAndRestore backup there, so a killed run started again goes on from it.
 // With --distribution data_parallel, run it under mpirun: each process trains on its slice of
@@ -43,6 +45,7 @@ struct Flags {
   bool synchronized_batch_norm = false;
   // Fit without validation_data, so "s per epoch" is training alone (benchmarks/network_epoch.py).
   bool skip_validation = false;
+  std::string dtype_policy = "float32";
 };
 
 void usage(std::FILE* stream) {
@@ -53,7 +56,8 @@ void usage(std::FILE* stream) {
                "                     [--data-dir DIR] [--threads N] [--seed N]\n"
                "                     [--save PATH.safetensors] [--min-test-accuracy X]\n"
                "                     [--distribution none|data_parallel] [--csv-log PATH.csv]\n"
-               "                     [--backup-dir DIR] [--device cpu|gpu]\n");
+               "                     [--backup-dir DIR] [--device cpu|gpu]\n"
+               "                     [--dtype-policy float32|mixed_bfloat16|mixed_float16|bfloat16|float16]\n");
 }
 
 Flags parse_flags(int argc, char** argv) {
@@ -115,6 +119,8 @@ Flags parse_flags(int argc, char** argv) {
       if (value != "mlp" && value != "cnn") {
         throw keras::ValueError(keras::str("--model must be 'mlp' or 'cnn', got '", value, "'"));
       }
+    } else if (flag == "--dtype-policy") {
+      flags.dtype_policy = keras::DTypePolicy(value).name();  // checks the name
     } else if (flag == "--backup-dir") {
       flags.backup_dir = value;
     } else if (flag == "--save") {
@@ -173,12 +179,18 @@ int main(int argc, char** argv) {
                   kd::num_processes(), keras::num_threads());
     }
 
+    keras::mixed_precision::set_global_policy(flags.dtype_policy);
     keras::Sequential model = convnet ? guide_convnet::make(flags.synchronized_batch_norm)
                                       : keras::Sequential({keras::layers::Dense(512, "relu"),
                                                            keras::layers::Dense(256, "relu"),
                                                            keras::layers::Dense(10)});
-    model.compile(keras::optimizers::Adam(flags.learning_rate),
-                  keras::losses::SparseCategoricalCrossentropy(/*from_logits=*/true),
+    std::shared_ptr<keras::optimizers::Optimizer> optimizer =
+        std::make_shared<keras::optimizers::Adam>(flags.learning_rate);
+    if (keras::DTypePolicy(flags.dtype_policy).compute_dtype() == keras::float16) {
+      optimizer = std::make_shared<keras::optimizers::LossScaleOptimizer<keras::optimizers::Adam>>(
+          keras::optimizers::Adam(flags.learning_rate));
+    }
+    model.compile(optimizer, keras::losses::SparseCategoricalCrossentropy(/*from_logits=*/true),
                   {"accuracy"});
     keras::Shape first_image = x_test.shape();
     first_image[0] = 1;

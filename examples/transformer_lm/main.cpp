@@ -8,7 +8,7 @@
 //                  [--blocks N] [--width N] [--heads N] [--context N] [--seed N]
 //                  [--distribution none|data_parallel|model_parallel] [--mesh BxM]
 //                  [--device cpu|gpu] [--csv-log PATH.csv] [--text-dir DIR]
-//                  [--max-validation-loss X]
+//                  [--max-validation-loss X] [--dtype-policy float32|mixed_bfloat16|...]
 //   mpirun -np 2 transformer_lm --distribution data_parallel
 //   mpirun -np 4 transformer_lm --distribution model_parallel --mesh 2x2
 // The files of --text-dir (default /usr/share/games/fortunes) are split by file: every fifth
@@ -48,6 +48,7 @@ struct Flags {
   std::string csv_log;
   std::string text_dir = "/usr/share/games/fortunes";
   double max_validation_loss = 0;  // > 0: exit with status 2 above it (CTest)
+  std::string dtype_policy = "float32";  // Keras' global policy (layers/dtype_policy.h)
 };
 
 Flags parse_flags(int argc, char** argv) {
@@ -59,7 +60,7 @@ Flags parse_flags(int argc, char** argv) {
                 "                      [--blocks N] [--width N] [--heads N] [--context N] [--seed N]\n"
                 "                      [--distribution none|data_parallel|model_parallel] [--mesh BxM]\n"
                 "                      [--device cpu|gpu] [--csv-log PATH.csv] [--text-dir DIR]\n"
-                "                      [--max-validation-loss X]");
+                "                      [--max-validation-loss X] [--dtype-policy NAME]");
       std::exit(0);
     }
     if (i + 1 >= argc) throw keras::ValueError(keras::str(flag, " needs a value"));
@@ -75,6 +76,7 @@ Flags parse_flags(int argc, char** argv) {
     else if (flag == "--seed") flags.seed = static_cast<std::uint64_t>(keras::examples::positive_count(flag, value));
     else if (flag == "--csv-log") flags.csv_log = value;
     else if (flag == "--text-dir") flags.text_dir = value;
+    else if (flag == "--dtype-policy") flags.dtype_policy = keras::DTypePolicy(value).name();  // checks it
     else if (flag == "--max-validation-loss") flags.max_validation_loss = keras::examples::positive_real(flag, value);
     else if (flag == "--distribution") {
       if (value != "none" && value != "data_parallel" && value != "model_parallel") {
@@ -204,9 +206,15 @@ int main(int argc, char** argv) {
     Text text = read_fortunes(flags.text_dir);
     std::mt19937_64 random(flags.seed);
     auto [x_validation, y_validation] = windows(text.validation, 64, flags.context, random);
+    keras::mixed_precision::set_global_policy(flags.dtype_policy);
     byte_gpt::BytePredictor model({flags.blocks, flags.width, flags.heads, flags.context});
-    model.compile(keras::optimizers::Adam(flags.learning_rate),
-                  keras::losses::SparseCategoricalCrossentropy(/*from_logits=*/true));
+    std::shared_ptr<keras::optimizers::Optimizer> optimizer =
+        std::make_shared<keras::optimizers::Adam>(flags.learning_rate);
+    if (keras::DTypePolicy(flags.dtype_policy).compute_dtype() == keras::float16) {
+      optimizer = std::make_shared<keras::optimizers::LossScaleOptimizer<keras::optimizers::Adam>>(
+          keras::optimizers::Adam(flags.learning_rate));
+    }
+    model.compile(optimizer, keras::losses::SparseCategoricalCrossentropy(/*from_logits=*/true));
     {
       auto [x, y] = windows(text.train, flags.batch_size, flags.context, random);
       model.train_on_batch(x, y);  // builds the model, so the summary shows the plan

@@ -84,6 +84,37 @@ TEST(MpiCollectives, ClosedFormResults) {
   world.barrier();
 }
 
+// bfloat16 and float16 travel as 16-bit words and reduce in float32 per pair (our own MPI
+// operations: distribution/runtime/half_precision_reduction.h): small integers are exact in
+// both, so the sums are closed-form; 40,000 elements take the ring paths too.
+TEST(MpiCollectives, HalfPrecisionCollectives) {
+  kd::Communicator& world = kd::world();
+  const double n = size();
+  for (DType dtype : {bfloat16, float16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    for (std::int64_t count : {std::int64_t{5}, std::int64_t{40000}}) {
+      Tensor values = Tensor::full({count}, rank() + 1.0, dtype);
+      world.all_reduce(values, kd::ReduceOperation::sum);
+      EXPECT_EQ(values.dtype(), dtype);
+      for (double v : values.to_vector<double>()) ASSERT_EQ(v, n * (n + 1) / 2);
+    }
+    Tensor mean = Tensor::full({3}, 2.0 * rank(), dtype);
+    world.all_reduce(mean, kd::ReduceOperation::mean);
+    for (double v : mean.to_vector<double>()) EXPECT_EQ(v, n - 1);
+    Tensor extreme = Tensor::full({2}, rank(), dtype);
+    world.all_reduce(extreme, kd::ReduceOperation::max);
+    EXPECT_EQ(extreme.to_vector<double>()[1], n - 1);
+    Tensor gathered = world.all_gather(Tensor::full({2}, rank() + 0.5, dtype));
+    for (int r = 0; r < size(); ++r) EXPECT_EQ(gathered.to_vector<double>()[2 * r], r + 0.5);
+    Tensor contribution = Tensor::full({size() * 20000}, 1.0, dtype);
+    Tensor block = world.reduce_scatter(contribution);
+    for (double v : block.to_vector<double>()) ASSERT_EQ(v, n);
+    Tensor broadcasted = Tensor::full({4}, rank() == 0 ? 3.25 : -1.0, dtype);
+    world.broadcast(broadcasted, 0);
+    for (double v : broadcasted.to_vector<double>()) EXPECT_EQ(v, 3.25);
+  }
+}
+
 // From 64 KiB in all, reduce_scatter and all_gather go round a ring of sends (see
 // mpi_communicator.h): the same results as MPI's own algorithms below that size, for every
 // operation, in place and not.
@@ -439,6 +470,108 @@ TEST(DataParallelTraining, WideModelPackedIntoBucketsMatchesOneProcess) {
   for (std::size_t w = 0; w < single.size(); ++w) {
     keras::testing::expect_close(parallel[w], single[w], 1e-5, "weight " + std::to_string(w));
   }
+}
+
+// Gradient compression: the buckets and the in-place gradient travel as bfloat16 (half the
+// bytes), the step flag still rides, and the sums (small integers, exact in bfloat16) come
+// back as float32 gradients.
+TEST(DataParallelTraining, CompressedGradientsTravelInBfloat16) {
+  std::vector<Tensor> variables = {Tensor::zeros({600, 600}, float32), Tensor::zeros({10}, float32)};
+  for (Tensor& variable : variables) variable.set_requires_grad(true);
+  kd::BucketOptions options;
+  options.size_by_link = false;
+  options.compress_to_bfloat16 = true;
+  kd::GradientReducer reducer(kd::world_pointer(), variables, options, true, /*shard_updates=*/true);
+  EXPECT_TRUE(reducer.compresses());
+  EXPECT_EQ(reducer.block_updated_count(), 0u) << "compression keeps whole updates";
+  ASSERT_TRUE(reducer.flag_rides_gradients());
+  reducer.set_step_flag(rank() == 0);
+  for (Tensor& variable : variables) {
+    variable.set_grad(Tensor::full(variable.shape(), static_cast<double>(rank() + 1), float32));
+    reducer.gradient_ready(variable);
+  }
+  reducer.finish();
+  for (const Tensor& variable : variables) {
+    EXPECT_EQ(variable.grad().dtype(), float32);
+    EXPECT_EQ(variable.grad().to_vector<float>()[7], static_cast<float>(size() * (size() + 1) / 2));
+  }
+  EXPECT_TRUE(reducer.step_flag_on_any_process());
+  // (600 * 600 + 10 + the flag) elements: 2 bytes each on the wire instead of 4.
+  EXPECT_EQ(reducer.last_uncompressed_bytes(), 4 * (600 * 600 + 11));
+  EXPECT_EQ(reducer.last_wire_bytes(), 2 * (600 * 600 + 11));
+}
+
+class EnvironmentVariable {
+ public:
+  EnvironmentVariable(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~EnvironmentVariable() { unsetenv(name_); }
+  EnvironmentVariable(const EnvironmentVariable&) = delete;
+  EnvironmentVariable& operator=(const EnvironmentVariable&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// Trained with compressed gradients, the model stays within bfloat16's resolution of one
+// process's (Adam divides each update by the gradient's own scale, so a gradient off by
+// 2^-9 relative moves a weight by about as much of the learning rate per step: 18 steps of
+// 0.01 give at most ~4e-4; 1e-2 leaves room for the dynamics), and every process holds the same
+// replica.
+TEST(DataParallelTraining, CompressedGradientsTrainAsOneProcessWithinBfloat16) {
+  EnvironmentVariable compression("KERAS_GRADIENT_COMPRESSION", "bfloat16");
+  std::map<std::string, double> single_evaluation, parallel_evaluation;
+  auto single = train(false, "adam", &single_evaluation);
+  auto parallel = train(true, "adam", &parallel_evaluation);
+  ASSERT_EQ(single.size(), parallel.size());
+  for (std::size_t w = 0; w < single.size(); ++w) {
+    keras::testing::expect_close(parallel[w], single[w], 1e-2, "weight " + std::to_string(w));
+  }
+  EXPECT_NEAR(parallel_evaluation["loss"], single_evaluation["loss"], 1e-2);
+  Tensor first = Tensor::from_vector(parallel[0], {std::int64_t(parallel[0].size())});
+  Tensor low = first.clone(), high = first.clone();
+  kd::world().all_reduce(low, kd::ReduceOperation::min);
+  kd::world().all_reduce(high, kd::ReduceOperation::max);
+  EXPECT_EQ(low.to_vector<double>(), high.to_vector<double>());
+}
+
+// Under mixed_bfloat16 every process computes its rows in bfloat16 and the float32 gradients
+// are summed in float32: the weights stay within bfloat16's resolution of one process's
+// (rounding falls at other points when each process holds fewer rows).
+TEST(DataParallelTraining, MixedBfloat16MatchesOneProcessWithinBfloat16) {
+  mixed_precision::set_global_policy("mixed_bfloat16");
+  std::map<std::string, double> single_evaluation, parallel_evaluation;
+  auto single = train(false, "adam", &single_evaluation);
+  auto parallel = train(true, "adam", &parallel_evaluation);
+  mixed_precision::set_global_policy("float32");
+  ASSERT_EQ(single.size(), parallel.size());
+  for (std::size_t w = 0; w < single.size(); ++w) {
+    keras::testing::expect_close(parallel[w], single[w], 2e-2, "weight " + std::to_string(w));
+  }
+  EXPECT_NEAR(parallel_evaluation["accuracy"], single_evaluation["accuracy"], 0.02);
+}
+
+// LossScaleOptimizer under DataParallel: the finiteness check reads the all-reduced
+// gradients, so an overflow on one process skips the step, and halves the scale, on all.
+TEST(DataParallelTraining, LossScalingDecidesAlikeOnEveryProcess) {
+  clear_session();
+  kd::set_distribution(std::make_shared<kd::DataParallel>());
+  Sequential model({layers::Dense(3)});
+  auto optimizer = std::make_shared<optimizers::LossScaleOptimizer<optimizers::SGD>>(optimizers::SGD(0.1), 1024.0, 1000);
+  model.compile(optimizer, "mse");
+  // Process 0's rows hold an input so large that its float32 gradient overflows.
+  Tensor x = Tensor::full({2 * size(), 4}, 1.0, float32);
+  Tensor y = Tensor::zeros({2 * size(), 3}, float32);
+  std::vector<float> big(static_cast<std::size_t>(2 * size() * 4), 1.0f);
+  big[0] = 3e36f;
+  Tensor x_overflow = Tensor::from_vector(big, {2 * size(), 4});
+  model.fit(x, y, {.batch_size = 2 * size(), .epochs = 1, .shuffle = false, .verbose = 0});
+  EXPECT_EQ(optimizer->loss_scale(), 1024.0);
+  std::vector<double> before = model.weights()[0].to_vector<double>();
+  model.fit(x_overflow, y, {.batch_size = 2 * size(), .epochs = 1, .shuffle = false, .verbose = 0});
+  EXPECT_EQ(optimizer->loss_scale(), 512.0) << "every process halves";
+  EXPECT_EQ(model.weights()[0].to_vector<double>(), before) << "and skips the update";
+  EXPECT_EQ(optimizer->iterations(), 1);
+  kd::set_distribution(nullptr);
 }
 
 // The step flag rides the last bucket: any process's true is every process's, a step that

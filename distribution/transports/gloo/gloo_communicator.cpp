@@ -1,6 +1,8 @@
 // Communicator over Gloo (see the header).
 #include "distribution/transports/gloo/gloo_communicator.h"
 
+#include "distribution/runtime/half_precision_reduction.h"
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -76,6 +78,23 @@ constexpr std::uint8_t kFirstExchangeSlotPrefix = 0x42;
 // After signatures that disagree: each side confirms it read the other's (peer_signature_for).
 constexpr std::uint8_t kConfirmSlotPrefix = 0x43;
 
+// Gloo's reductions know no 16-bit floats: ours combine in float32
+// (distribution/runtime/half_precision_reduction.h).
+template <typename Half, ReduceOperation operation>
+void half_reduction(void* out, const void* a, const void* b, size_t count) {
+  half_precision::reduce(operation, static_cast<Half*>(out), static_cast<const Half*>(a),
+                         static_cast<const Half*>(b), count);
+}
+
+template <typename Half>
+gloo::AllreduceOptions::Func half_function(ReduceOperation operation) {
+  switch (operation) {
+    case ReduceOperation::max: return &half_reduction<Half, ReduceOperation::max>;
+    case ReduceOperation::min: return &half_reduction<Half, ReduceOperation::min>;
+    default: return &half_reduction<Half, ReduceOperation::sum>;
+  }
+}
+
 gloo::AllreduceOptions::Func reduce_function(DType dtype, ReduceOperation operation) {
   auto pick = [operation](auto tag) -> gloo::AllreduceOptions::Func {
     using T = decltype(tag);
@@ -93,15 +112,23 @@ gloo::AllreduceOptions::Func reduce_function(DType dtype, ReduceOperation operat
     case DType::float64: return pick(double{});
     case DType::int32: return pick(std::int32_t{});
     case DType::int64: return pick(std::int64_t{});
+    case DType::bfloat16: return half_function<BFloat16>(operation);
+    case DType::float16: return half_function<Float16>(operation);
     default: break;
   }
-  throw DTypeError(str("collectives support float32, float64, int32 and int64, got ", dtype_name(dtype)));
+  throw DTypeError(str("collectives support float32, float64, int32, int64, bfloat16 and float16, got ",
+                       dtype_name(dtype)));
 }
 
 void divide_in_place(void* data, std::int64_t count, DType dtype, int size) {
   auto divide = [&](auto* values) {
     for (std::int64_t i = 0; i < count; ++i) values[i] /= static_cast<std::remove_pointer_t<decltype(values)>>(size);
   };
+  if (half_precision::dispatch(dtype, [&](auto zero) {
+        half_precision::divide(static_cast<decltype(zero)*>(data), static_cast<std::size_t>(count), size);
+      })) {
+    return;
+  }
   switch (dtype) {
     case DType::float32: divide(static_cast<float*>(data)); break;
     case DType::float64: divide(static_cast<double*>(data)); break;
@@ -299,6 +326,8 @@ void GlooCommunicator::all_reduce(void* data, std::int64_t count, DType dtype, R
       case DType::float32: options.setOutput(static_cast<float*>(data), static_cast<std::size_t>(count)); break;
       case DType::float64: options.setOutput(static_cast<double*>(data), static_cast<std::size_t>(count)); break;
       case DType::int32: options.setOutput(static_cast<std::int32_t*>(data), static_cast<std::size_t>(count)); break;
+      case DType::bfloat16:
+      case DType::float16: options.setOutput(static_cast<std::uint16_t*>(data), static_cast<std::size_t>(count)); break;
       default: options.setOutput(static_cast<std::int64_t*>(data), static_cast<std::size_t>(count)); break;
     }
     options.setReduceFunction(reduce);
@@ -352,6 +381,8 @@ void GlooCommunicator::reduce_scatter(const void* send, void* receive, std::int6
         case DType::float32: options.setOutput(reinterpret_cast<float*>(whole.data()), elements); break;
         case DType::float64: options.setOutput(reinterpret_cast<double*>(whole.data()), elements); break;
         case DType::int32: options.setOutput(reinterpret_cast<std::int32_t*>(whole.data()), elements); break;
+        case DType::bfloat16:
+        case DType::float16: options.setOutput(reinterpret_cast<std::uint16_t*>(whole.data()), elements); break;
         default: options.setOutput(reinterpret_cast<std::int64_t*>(whole.data()), elements); break;
       }
       options.setReduceFunction(reduce);

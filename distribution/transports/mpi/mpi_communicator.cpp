@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "distribution/runtime/collective_failure.h"
+#include "distribution/runtime/half_precision_reduction.h"
 #include "engine/environment.h"
 #include "distribution/transports/mpi/blocking_watchdog.h"
 
@@ -24,13 +25,52 @@ MPI_Datatype mpi_type(DType dtype, const char* what) {
     case DType::int32: return MPI_INT32_T;
     case DType::int64: return MPI_INT64_T;
     case DType::uint8: return MPI_UINT8_T;
+    // 16-bit floats travel as 16-bit words; their reductions are our own (below).
+    case DType::bfloat16:
+    case DType::float16: return MPI_UINT16_T;
     default: break;
   }
   throw DTypeError(str(what, ": dtype ", dtype_name(dtype), " is not supported by collectives; ",
-                       "expected float32, float64, int32, int64 or uint8"));
+                       "expected float32, float64, int32, int64, uint8, bfloat16 or float16"));
 }
 
-MPI_Op mpi_operation(ReduceOperation operation) {
+// MPI's reductions know no 16-bit floats: user-defined operations that combine in float32
+// (distribution/runtime/half_precision_reduction.h), made once MPI is initialized.
+template <typename Half, ReduceOperation operation>
+void half_reduction(void* in, void* in_out, int* length, MPI_Datatype*) {
+  auto* target = static_cast<Half*>(in_out);
+  half_precision::reduce(operation, target, static_cast<const Half*>(in), target,
+                         static_cast<std::size_t>(*length));
+}
+
+struct HalfOperations {
+  MPI_Op bfloat16[3];  // sum, max, min
+  MPI_Op float16[3];
+};
+
+const HalfOperations& half_operations() {
+  static const HalfOperations operations = [] {
+    HalfOperations made{};
+    MPI_Op_create(&half_reduction<BFloat16, ReduceOperation::sum>, 1, &made.bfloat16[0]);
+    MPI_Op_create(&half_reduction<BFloat16, ReduceOperation::max>, 1, &made.bfloat16[1]);
+    MPI_Op_create(&half_reduction<BFloat16, ReduceOperation::min>, 1, &made.bfloat16[2]);
+    MPI_Op_create(&half_reduction<Float16, ReduceOperation::sum>, 1, &made.float16[0]);
+    MPI_Op_create(&half_reduction<Float16, ReduceOperation::max>, 1, &made.float16[1]);
+    MPI_Op_create(&half_reduction<Float16, ReduceOperation::min>, 1, &made.float16[2]);
+    return made;
+  }();
+  return operations;
+}
+
+MPI_Op mpi_operation(ReduceOperation operation, DType dtype) {
+  if (is_half_precision(dtype)) {
+    const MPI_Op* table = dtype == DType::bfloat16 ? half_operations().bfloat16 : half_operations().float16;
+    switch (operation) {
+      case ReduceOperation::max: return table[1];
+      case ReduceOperation::min: return table[2];
+      default: return table[0];
+    }
+  }
   switch (operation) {
     case ReduceOperation::sum:
     case ReduceOperation::mean: return MPI_SUM;
@@ -49,6 +89,11 @@ int check_count(std::int64_t count, const char* what) {
 
 // Divides a summed buffer by the group size (mean = sum / size).
 void divide(void* data, std::int64_t count, DType dtype, int size) {
+  if (half_precision::dispatch(dtype, [&](auto zero) {
+        half_precision::divide(static_cast<decltype(zero)*>(data), static_cast<std::size_t>(count), size);
+      })) {
+    return;
+  }
   dispatch_numeric(dtype, [&](auto zero) {
     using T = decltype(zero);
     T* values = static_cast<T*>(data);
@@ -310,7 +355,7 @@ void MpiCommunicator::all_reduce(void* data, std::int64_t count, DType dtype,
                   what);
   {
     BlockingCallWatch watch(what, &name_, timeout_);
-    check(MPI_Allreduce(MPI_IN_PLACE, data, n, type, mpi_operation(operation), communicator_),
+    check(MPI_Allreduce(MPI_IN_PLACE, data, n, type, mpi_operation(operation, dtype), communicator_),
           what);
   }
   if (operation == ReduceOperation::mean) divide(data, count, dtype, size_);
@@ -356,7 +401,7 @@ void MpiCommunicator::reduce_scatter(const void* send, void* receive, std::int64
     if (send != receive) std::memcpy(receive, send, block_bytes);
   } else if (block_bytes * static_cast<std::size_t>(size_) < kRingBytes) {
     BlockingCallWatch watch(what, &name_, timeout_);
-    check(MPI_Reduce_scatter_block(send, receive, n, type, mpi_operation(operation),
+    check(MPI_Reduce_scatter_block(send, receive, n, type, mpi_operation(operation, dtype),
                                    communicator_),
           what);
   } else {
@@ -380,7 +425,7 @@ void MpiCommunicator::reduce_scatter(const void* send, void* receive, std::int64
       // receive = own part of the arriving block + the sum that arrived (MPI's own reduction
       // kernels; the order of the terms is the same on every rank for a given block).
       std::memcpy(receive, block(step + 2), block_bytes);
-      check(MPI_Reduce_local(incoming.data(), receive, n, type, mpi_operation(operation)), what);
+      check(MPI_Reduce_local(incoming.data(), receive, n, type, mpi_operation(operation, dtype)), what);
     }
   }
   if (operation == ReduceOperation::mean) divide(receive, count, dtype, size_);

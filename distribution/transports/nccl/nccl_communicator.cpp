@@ -33,10 +33,12 @@ ncclDataType_t nccl_type(DType dtype, const char* operation) {
     case DType::int32: return ncclInt32;
     case DType::int64: return ncclInt64;
     case DType::uint8: return ncclUint8;
+    case DType::bfloat16: return ncclBfloat16;
+    case DType::float16: return ncclFloat16;
     default: break;
   }
-  throw DTypeError(str(operation, " over NCCL supports float32, float64, int32, int64 and uint8, ",
-                       "got ", dtype_name(dtype)));
+  throw DTypeError(str(operation, " over NCCL supports float32, float64, int32, int64, uint8, ",
+                       "bfloat16 and float16, got ", dtype_name(dtype)));
 }
 
 ncclRedOp_t nccl_operation(ReduceOperation operation) {
