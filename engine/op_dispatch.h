@@ -109,8 +109,9 @@ class AutocastScope {
 namespace ops::detail {
 
 inline bool is_autocast(const Tensor& operand, const Autocast* autocast) {
+  // (name() gives "<unnamed>" for a tensor without one: the stored name is what tells.)
   return autocast != nullptr && operand.defined() && operand.dtype() == autocast->variable_dtype &&
-         !operand.name().empty();
+         !operand.impl()->name.empty();
 }
 
 // Whether the op with these operands must go through the seam: an annotated operand under an

@@ -86,6 +86,26 @@ TEST_F(MixedPrecisionTest, ALayerOfOnesOwnIsAutocast) {
   EXPECT_EQ(ops::exp(log_scale).dtype(), float32);
 }
 
+// Only variables are autocast: a float32 activation meeting a bfloat16 one is an error, as
+// for any two dtypes; MultiHeadAttention's EinsumDense sublayers take its policy.
+TEST_F(MixedPrecisionTest, OnlyVariablesAreAutocastAndSublayersShareThePolicy) {
+  layers::Dense dense(2);
+  dense.set_dtype_policy(DTypePolicy("mixed_bfloat16"));
+  Tensor x = testing::random_tensor({2, 3}, 1, float32);
+  EXPECT_EQ(dense(x).dtype(), bfloat16);
+  {
+    AutocastScope autocast(Autocast{float32, bfloat16});
+    expect_throw_with<DTypeError>([&] { ops::add(x, x.astype(bfloat16)); }, "different dtypes");
+  }
+  mixed_precision::set_global_policy("mixed_bfloat16");
+  layers::MultiHeadAttention attention(2, 4);
+  Tensor sequence = testing::random_tensor({2, 5, 8}, 2, float32);
+  Tensor out = attention(sequence.astype(bfloat16));
+  EXPECT_EQ(out.dtype(), bfloat16);
+  for (const Tensor& weight : attention.weights()) EXPECT_EQ(weight.dtype(), float32);
+  for (const LayerPtr& sublayer : attention.layers()) EXPECT_EQ(sublayer->dtype_policy().name(), "mixed_bfloat16");
+}
+
 TEST_F(MixedPrecisionTest, NormalizationStatisticsAreFloat32) {
   Tensor x = (testing::random_tensor({4, 8}, 3, float32) * 40.0 + 1000.0).astype(bfloat16);
   layers::LayerNormalization mixed;
