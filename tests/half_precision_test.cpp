@@ -3,6 +3,7 @@
 // random fills and the float32-compute rule. The ops themselves are checked in half precision
 // by the op table (ops_test.cpp, check 5).
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 
@@ -83,6 +84,37 @@ TEST(HalfPrecisionConversion, Float16MatchesTheCpusF16cInstructions) {
 #else
   GTEST_SKIP() << "not an x86-64 CPU";
 #endif
+}
+
+// The CPU's cast kernel converts float32 in 8-wide vector loops (engine/cpu/half_conversion.h):
+// every float32 pattern class (normals near rounding ties, subnormals, infinities, NaNs of
+// both signs) gives the scalar rule's bits, and back.
+TEST(HalfPrecisionTensors, VectorCastsGiveTheScalarRulesBits) {
+  std::vector<float> values;
+  for (std::uint32_t pattern = 0; pattern < 0xffffffffu - 65521; pattern += 65521) {
+    values.push_back(bits_to_float(pattern));
+    values.push_back(bits_to_float(pattern | 0x8000u));  // exactly on a bfloat16 tie
+  }
+  values.push_back(std::numeric_limits<float>::infinity());
+  values.push_back(-std::numeric_limits<float>::quiet_NaN());
+  Tensor x = Tensor::from_vector(values, {static_cast<std::int64_t>(values.size())});
+  std::vector<std::uint16_t> b(values.size()), h(values.size());
+  std::memcpy(b.data(), x.astype(bfloat16).raw_data(), 2 * values.size());
+  std::memcpy(h.data(), x.astype(float16).raw_data(), 2 * values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (std::isnan(values[i])) {
+      ASSERT_TRUE(std::isnan(half_bits::float_of_bfloat16(b[i])) && std::isnan(half_bits::float_of_float16(h[i])));
+      continue;
+    }
+    ASSERT_EQ(b[i], half_bits::bfloat16_of(values[i])) << std::hexfloat << values[i];
+    ASSERT_EQ(h[i], half_bits::float16_of(values[i])) << std::hexfloat << values[i];
+  }
+  std::vector<float> wide_b = x.astype(bfloat16).to_vector<float>(), wide_h = x.astype(float16).to_vector<float>();
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (std::isnan(values[i])) continue;
+    ASSERT_EQ(wide_b[i], half_bits::float_of_bfloat16(b[i]));
+    ASSERT_EQ(wide_h[i], half_bits::float_of_float16(h[i]));
+  }
 }
 
 TEST(HalfPrecisionTensors, NamesCastsAndPrinting) {

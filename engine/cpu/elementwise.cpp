@@ -5,6 +5,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "engine/cpu/half_conversion.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/strided_loops.h"
 #include "engine/scalar_rules.h"
@@ -83,8 +84,21 @@ void cast(const Tensor& x, Tensor& out) {
     using In = decltype(in_zero);
     dispatch_dtype(out.dtype(), [&](auto out_zero) {
       using Out = decltype(out_zero);
-      map_contiguous(elements_of<In>(x), elements_of<Out>(out), x.size(),
-                     [](In value) { return scalar::convert<Out>(value); });
+      const In* from = elements_of<In>(x);
+      Out* to = elements_of<Out>(out);
+      if constexpr ((std::is_same_v<In, float> && is_half_precision_type<Out>) ||
+                    (is_half_precision_type<In> && std::is_same_v<Out, float>)) {
+        // The passes of every 16-bit op (engine/float32_compute.h): vector loops.
+        parallel_for(x.size(), kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
+          if constexpr (std::is_same_v<In, float>) {
+            narrow(from + begin, to + begin, end - begin);
+          } else {
+            widen(from + begin, to + begin, end - begin);
+          }
+        });
+      } else {
+        map_contiguous(from, to, x.size(), [](In value) { return scalar::convert<Out>(value); });
+      }
     });
   });
 }
