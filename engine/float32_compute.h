@@ -19,11 +19,17 @@
 
 namespace keras::float32_compute {
 
-// The kernels that take half-precision tensors as they are.
+// The kernels that take half-precision tensors as they are, on every backend.
 inline bool is_native(std::string_view kernel) {
   return kernel == "fill" || kernel == "cast" || kernel == "transpose" ||
          kernel == "copy_slice" || kernel == "write_slice" || kernel == "check_indices" ||
          kernel == "take" || kernel == "one_hot" || kernel == "where";
+}
+
+// The CPU's own: its element-wise kernels fuse the conversions into their loops
+// (engine/cpu/elementwise.cpp).
+inline bool is_native_on_cpu(std::string_view kernel) {
+  return is_native(kernel) || kernel == "unary" || kernel == "unary_gradient" || kernel == "binary";
 }
 
 // The kernels whose non-const tensors are read as well as written (optimizer slots): their
@@ -76,11 +82,11 @@ class Widening {
 };
 
 // Runs kernel(arguments...) directly, or on float32 stand-ins when some argument is a
-// half-precision tensor and `name` is not a native kernel.
+// half-precision tensor and `native` (is_native, or a backend's own list) does not list `name`.
 template <typename Kernel, typename... Arguments>
-void call_in_float32(Backend& backend, std::string_view name, Kernel&& kernel,
-                     Arguments&... arguments) {
-  if (!(is_half_tensor(arguments) || ...) || is_native(name)) {
+void call_in_float32(Backend& backend, std::string_view name, bool (*native)(std::string_view),
+                     Kernel&& kernel, Arguments&... arguments) {
+  if (!(is_half_tensor(arguments) || ...) || native(name)) {
     kernel(arguments...);
     return;
   }

@@ -15,7 +15,8 @@ class CpuBackend final : public Backend {
 #define KERAS_FORWARD_TO_CPU(name, parameters, arguments)                                \
   void name parameters override {                                                        \
     float32_compute::call_in_float32(                                                    \
-        *this, #name, [](auto&... wide) { cpu::name(wide...); },                         \
+        *this, #name, &float32_compute::is_native_on_cpu,                                \
+        [](auto&... wide) { cpu::name(wide...); },                                        \
         KERAS_UNPACK_ARGUMENTS arguments);                                               \
   }
   KERAS_KERNELS(KERAS_FORWARD_TO_CPU)

@@ -1,5 +1,6 @@
 // CPU element-wise kernels: fill, cast, unary ops and their fused gradients, binary ops with
 // broadcasting, where.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -62,6 +63,84 @@ void map_contiguous(const In* x, Out* out, std::int64_t count, Fn fn) {
   });
 }
 
+// bfloat16 and float16 element-wise ops, fused with their conversions: each thread's range
+// goes through in chunks that are widened into float32 on the stack, computed by the float32
+// loop and narrowed into the output, so a 16-bit op reads and writes 16 bits an element
+// instead of the three float32 passes engine/float32_compute.h would add (on the mixed
+// transformer step the conversions took 12.5% of the time; see half_conversion.h).
+constexpr std::int64_t kHalfChunk = 1024;
+
+template <typename Half, typename Fn>
+void map_half(const Half* x, Half* out, std::int64_t count, Fn fn) {
+  parallel_for(count, kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
+    alignas(32) float in[kHalfChunk], result[kHalfChunk];
+    for (std::int64_t start = begin; start < end; start += kHalfChunk) {
+      std::int64_t n = std::min(kHalfChunk, end - start);
+      widen(x + start, in, n);
+      map_range(in, result, 0, n, fn);
+      narrow(result, out + start, n);
+    }
+  });
+}
+
+template <typename Half, typename Fn>
+void gradient_half(const Half* x, const Half* gradient, Half* out, std::int64_t count, Fn derivative) {
+  parallel_for(count, kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
+    alignas(32) float in[kHalfChunk], incoming[kHalfChunk], result[kHalfChunk];
+    for (std::int64_t start = begin; start < end; start += kHalfChunk) {
+      std::int64_t n = std::min(kHalfChunk, end - start);
+      widen(x + start, in, n);
+      widen(gradient + start, incoming, n);
+      gradient_range(in, incoming, result, 0, n, derivative);
+      narrow(result, out + start, n);
+    }
+  });
+}
+
+template <typename Half, typename Fn>
+void zip_half(const Half* a, const Half* b, Half* out, std::int64_t count, Fn fn) {
+  parallel_for(count, kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
+    alignas(32) float left[kHalfChunk], right[kHalfChunk], result[kHalfChunk];
+    for (std::int64_t start = begin; start < end; start += kHalfChunk) {
+      std::int64_t n = std::min(kHalfChunk, end - start);
+      widen(a + start, left, n);
+      widen(b + start, right, n);
+      for (std::int64_t i = 0; i < n; ++i) result[i] = fn(left[i], right[i]);
+      narrow(result, out + start, n);
+    }
+  });
+}
+
+// Calls fn(Half{}) for a bfloat16 or float16 dtype; false for the others.
+template <typename Fn>
+bool dispatch_half(DType dtype, Fn&& fn) {
+  if (dtype == DType::bfloat16) {
+    fn(BFloat16{});
+    return true;
+  }
+  if (dtype == DType::float16) {
+    fn(Float16{});
+    return true;
+  }
+  return false;
+}
+
+// The kernel on float32 copies of its 16-bit tensors, the result rounded back: the cases the
+// fused loops do not cover (broadcasting, comparisons), as engine/float32_compute.h does.
+template <typename Kernel>
+void on_float32_copies(const Tensor& a, const Tensor& b, Tensor& out, Kernel kernel) {
+  Tensor wide_a = Tensor::empty(a.local_shape(), float32), wide_b = Tensor::empty(b.local_shape(), float32);
+  cast(a, wide_a);
+  cast(b, wide_b);
+  if (!is_half_precision(out.dtype())) {
+    kernel(wide_a, wide_b, out);
+    return;
+  }
+  Tensor wide_out = Tensor::empty(out.local_shape(), float32);
+  kernel(wide_a, wide_b, wide_out);
+  cast(wide_out, out);
+}
+
 }  // namespace
 
 void fill(Tensor& out, double value) {
@@ -109,11 +188,9 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out) {
     map_contiguous(elements_of<bool>(x), elements_of<bool>(out), count, [](bool v) { return !v; });
     return;
   }
-  dispatch_numeric(x.dtype(), [&](auto zero) {
+  // The op's element rule for T, handed to `run` (the loop over the storage).
+  auto with_rule = [op](auto zero, auto run) {
     using T = decltype(zero);
-    const T* in = elements_of<T>(x);
-    T* result = elements_of<T>(out);
-    auto run = [&](auto fn) { map_contiguous(in, result, count, fn); };
     switch (op) {
 #define KERAS_UNARY_CASE(name, floating_only, value)                  \
   case UnaryOp::name:                                                 \
@@ -125,11 +202,43 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out) {
 #undef KERAS_UNARY_CASE
       case UnaryOp::logical_not: break;  // bool, above
     }
+  };
+  if (dispatch_half(x.dtype(), [&](auto half) {
+        using Half = decltype(half);
+        const Half* in = elements_of<Half>(x);
+        Half* result = elements_of<Half>(out);
+        with_rule(float{}, [&](auto fn) { map_half(in, result, count, fn); });
+      })) {
+    return;
+  }
+  dispatch_numeric(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* in = elements_of<T>(x);
+    T* result = elements_of<T>(out);
+    with_rule(zero, [&](auto fn) { map_contiguous(in, result, count, fn); });
   });
 }
 
 void unary_gradient(UnaryOp op, const Tensor& x, const Tensor& output_gradient,
                     Tensor& input_gradient) {
+  if (dispatch_half(x.dtype(), [&](auto half) {
+        using Half = decltype(half);
+        using T = float;
+        auto run = [&](auto derivative) {
+          gradient_half(elements_of<Half>(x), elements_of<Half>(output_gradient),
+                        elements_of<Half>(input_gradient), x.size(), derivative);
+        };
+        switch (op) {
+#define KERAS_UNARY_GRADIENT_CASE(name, derivative) \
+  case UnaryOp::name: run([](T v) { return derivative; }); break;
+          KERAS_FUSED_UNARY_GRADIENTS(KERAS_UNARY_GRADIENT_CASE)
+#undef KERAS_UNARY_GRADIENT_CASE
+          default:
+            throw Error(str("internal error: no fused gradient for ", unary_op_name(op)));
+        }
+      })) {
+    return;
+  }
   dispatch_floating(x.dtype(), unary_op_name(op), [&](auto zero) {
     using T = decltype(zero);
     const T* in = elements_of<T>(x);
@@ -195,6 +304,34 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
     } else {
       binary_loop<bool, bool>(a, b, out, [](bool x, bool y) { return x || y; });
     }
+    return;
+  }
+  if (is_half_precision(a.dtype())) {
+    const bool same_shapes = a.local_shape() == out.local_shape() && b.local_shape() == out.local_shape();
+    const bool arithmetic = op == BinaryOp::add || op == BinaryOp::subtract || op == BinaryOp::multiply ||
+                            op == BinaryOp::divide || op == BinaryOp::maximum || op == BinaryOp::minimum;
+    if (!same_shapes || !arithmetic) {
+      on_float32_copies(a, b, out, [op](const Tensor& x, const Tensor& y, Tensor& result) { binary(op, x, y, result); });
+      return;
+    }
+    dispatch_half(a.dtype(), [&](auto half) {
+      using Half = decltype(half);
+      const Half* pa = elements_of<Half>(a);
+      const Half* pb = elements_of<Half>(b);
+      Half* po = elements_of<Half>(out);
+      switch (op) {
+        case BinaryOp::add: zip_half(pa, pb, po, out.size(), [](float x, float y) { return x + y; }); break;
+        case BinaryOp::subtract: zip_half(pa, pb, po, out.size(), [](float x, float y) { return x - y; }); break;
+        case BinaryOp::multiply: zip_half(pa, pb, po, out.size(), [](float x, float y) { return x * y; }); break;
+        case BinaryOp::divide: zip_half(pa, pb, po, out.size(), [](float x, float y) { return x / y; }); break;
+        case BinaryOp::maximum:
+          zip_half(pa, pb, po, out.size(), [](float x, float y) { return scalar::maximum(x, y); });
+          break;
+        default:
+          zip_half(pa, pb, po, out.size(), [](float x, float y) { return scalar::minimum(x, y); });
+          break;
+      }
+    });
     return;
   }
   dispatch_compute_dtype(a.dtype(), [&](auto zero) {
