@@ -26,10 +26,11 @@ inline bool is_native(std::string_view kernel) {
          kernel == "take" || kernel == "one_hot" || kernel == "where";
 }
 
-// The CPU's own: its element-wise kernels fuse the conversions into their loops
-// (engine/cpu/elementwise.cpp).
+// The CPU's own: its element-wise and softmax kernels fuse the conversions into their loops
+// (engine/cpu/elementwise.cpp, softmax.cpp).
 inline bool is_native_on_cpu(std::string_view kernel) {
-  return is_native(kernel) || kernel == "unary" || kernel == "unary_gradient" || kernel == "binary";
+  return is_native(kernel) || kernel == "unary" || kernel == "unary_gradient" || kernel == "binary" ||
+         kernel == "softmax" || kernel == "softmax_gradient";
 }
 
 // The kernels whose non-const tensors are read as well as written (optimizer slots): their

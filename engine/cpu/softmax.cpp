@@ -1,8 +1,12 @@
 // CPU softmax and log_softmax over one axis, viewed as [outer, axis, inner], and their
-// gradients: the lines in parallel, each by engine/line_rules.h (shared with the GPU).
+// gradients: the lines in parallel, each by engine/line_rules.h (shared with the GPU); 16-bit
+// lines widened one at a time.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <vector>
 
+#include "engine/cpu/half_conversion.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/strided_loops.h"
 #include "engine/line_rules.h"
@@ -20,11 +24,74 @@ void for_each_line(const AxisLines& view, Fn fn) {
                });
 }
 
+// bfloat16 and float16 lines along the last axis (attention's probabilities, the largest
+// activation of a transformer): each line widened into float32 beside the thread, computed,
+// and rounded once, instead of float32 copies of the whole tensor (engine/float32_compute.h).
+// `inputs` are the lines' 16-bit operands, `compute` runs the float32 rule on their widened
+// copies into `result`.
+template <typename Half, std::size_t Inputs, typename Compute>
+void half_lines(const AxisLines& view, std::array<const Half*, Inputs> inputs, Half* out, Compute compute) {
+  const std::int64_t length = view.length;
+  parallel_for(view.count(), std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(length, 1)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 std::vector<float> buffers(static_cast<std::size_t>(length) * (Inputs + 1));
+                 for (std::int64_t line = begin; line < end; ++line) {
+                   const std::int64_t base = view.line_start(line);
+                   std::array<const float*, Inputs> wide;
+                   for (std::size_t k = 0; k < Inputs; ++k) {
+                     float* buffer = buffers.data() + static_cast<std::size_t>(length) * k;
+                     widen(inputs[k] + base, buffer, length);
+                     wide[k] = buffer;
+                   }
+                   float* result = buffers.data() + static_cast<std::size_t>(length) * Inputs;
+                   compute(wide, result, length);
+                   narrow(result, out + base, length);
+                 }
+               });
+}
+
+template <typename Fn>
+bool dispatch_half(DType dtype, Fn&& fn) {
+  if (dtype == DType::bfloat16) {
+    fn(BFloat16{});
+    return true;
+  }
+  if (dtype == DType::float16) {
+    fn(Float16{});
+    return true;
+  }
+  return false;
+}
+
+// A 16-bit tensor softmax cannot take line by line (an axis other than the last): float32
+// copies, as engine/float32_compute.h makes them.
+Tensor widened(const Tensor& x) {
+  Tensor wide = Tensor::empty(x.local_shape(), float32);
+  cast(x, wide);
+  return wide;
+}
+
 }  // namespace
 
 void softmax(const Tensor& x, int axis, bool log, Tensor& out) {
   AxisLines view = lines_along(x.shape(), axis);
   if (view.length == 0) return;
+  if (is_half_precision(x.dtype())) {
+    if (view.inner != 1) {
+      Tensor wide_out = Tensor::empty(out.local_shape(), float32);
+      softmax(widened(x), axis, log, wide_out);
+      cast(wide_out, out);
+      return;
+    }
+    dispatch_half(x.dtype(), [&](auto half) {
+      using Half = decltype(half);
+      half_lines<Half, 1>(view, {elements_of<Half>(x)}, elements_of<Half>(out),
+                          [log](const std::array<const float*, 1>& in, float* result, std::int64_t length) {
+                            line::softmax(in[0], result, length, 1, log);
+                          });
+    });
+    return;
+  }
   dispatch_floating(x.dtype(), "softmax", [&](auto zero) {
     using T = decltype(zero);
     const T* in = static_cast<const T*>(x.raw_data());
@@ -40,6 +107,23 @@ void softmax_gradient(const Tensor& y, const Tensor& output_gradient, int axis, 
                       Tensor& input_gradient) {
   AxisLines view = lines_along(y.shape(), axis);
   if (view.length == 0) return;
+  if (is_half_precision(y.dtype())) {
+    if (view.inner != 1) {
+      Tensor wide_gradient = Tensor::empty(input_gradient.local_shape(), float32);
+      softmax_gradient(widened(y), widened(output_gradient), axis, log, wide_gradient);
+      cast(wide_gradient, input_gradient);
+      return;
+    }
+    dispatch_half(y.dtype(), [&](auto half) {
+      using Half = decltype(half);
+      half_lines<Half, 2>(view, {elements_of<Half>(y), elements_of<Half>(output_gradient)},
+                          elements_of<Half>(input_gradient),
+                          [log](const std::array<const float*, 2>& in, float* result, std::int64_t length) {
+                            line::softmax_gradient(in[0], in[1], result, length, 1, log);
+                          });
+    });
+    return;
+  }
   dispatch_floating(y.dtype(), "softmax gradient", [&](auto zero) {
     using T = decltype(zero);
     const T* out = static_cast<const T*>(y.raw_data());
