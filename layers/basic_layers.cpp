@@ -183,7 +183,7 @@ Rescaling::Rescaling(double scale, double offset, const std::string& name)
     : LayerOf("rescaling", name), scale_(scale), offset_(offset) {}
 
 Tensor Rescaling::call(const Tensor& inputs, bool) {
-  Tensor x = is_floating(inputs.dtype()) ? inputs : ops::cast(inputs, float32);
+  Tensor x = is_floating(inputs.dtype()) ? inputs : ops::cast(inputs, compute_dtype());
   return offset_ == 0.0 ? x * scale_ : x * scale_ + offset_;
 }
 

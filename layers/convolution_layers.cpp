@@ -69,7 +69,8 @@ void Conv2D::build(const Shape& input_shape) {
 }
 
 Tensor Conv2D::convolve(const Tensor& inputs, const Tensor& kernel) const {
-  return ops::conv(inputs.dtype() == kernel.dtype() ? inputs : ops::cast(inputs, kernel.dtype()), kernel,
+  // In the compute dtype: the kernel is read in it too (autocast, layers/dtype_policy.h).
+  return ops::conv(inputs.dtype() == compute_dtype() ? inputs : ops::cast(inputs, compute_dtype()), kernel,
                    options_.strides, options_.padding, "channels_last", options_.dilation_rate);
 }
 

@@ -135,6 +135,22 @@ TEST_F(MixedPrecisionTest, AnMlpTrainsUnderMixedBfloat16WithFloat32Losses) {
   EXPECT_NEAR(loss.item(), std::log1p(2 * std::exp(-8.0)), 1e-7);
 }
 
+// The guide's convnet layers (Rescaling of uint8 pixels, Conv2D, BatchNormalization, pooling,
+// Dropout, Dense) under mixed_bfloat16: bfloat16 activations, float32 variables and gradients.
+TEST_F(MixedPrecisionTest, AConvnetRunsUnderMixedBfloat16) {
+  mixed_precision::set_global_policy("mixed_bfloat16");
+  Sequential model({layers::Rescaling(1.0 / 255), layers::Conv2D(4, {3, 3}), layers::BatchNormalization(),
+                    layers::Activation("relu"), layers::MaxPooling2D({2, 2}), layers::Dropout(0.2),
+                    layers::GlobalAveragePooling2D(), layers::Dense(3)});
+  Tensor images = ops::cast(testing::random_tensor({4, 8, 8, 1}, 5, float32, 0.0, 255.0), uint8);
+  Tensor labels = Tensor::from_vector(std::vector<std::int64_t>{0, 1, 2, 1}, {4});
+  model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
+  History history = model.fit(images, labels, {.batch_size = 4, .epochs = 3, .verbose = 0});
+  EXPECT_TRUE(std::isfinite(history.history["loss"].back()));
+  EXPECT_EQ(model.predict(images).dtype(), bfloat16);
+  for (const Tensor& weight : model.weights()) EXPECT_EQ(weight.dtype(), float32);
+}
+
 TEST_F(MixedPrecisionTest, PoliciesSurviveKerasArchives) {
   mixed_precision::set_global_policy("mixed_bfloat16");
   Sequential model({layers::Dense(4, "relu"), layers::LayerNormalization(), layers::Dense(2)});
