@@ -32,6 +32,9 @@ Keras and JAX come from PyPI, pinned, in a virtual environment of this script's 
 
   compare_keras_jax.py [--build DIR] [--threads 1,2] [--processes 2] [--rounds 5]
                        [--only step|data-parallel|transformer|cnn] [--venv DIR]
+                       [--dtype-policy float32|mixed_bfloat16|...]
+--dtype-policy runs the transformer and CNN steps under that Keras policy on both sides (ours:
+the step benchmarks' --dtype-policy; Keras: keras.mixed_precision.set_global_policy).
 """
 import argparse
 import json
@@ -52,6 +55,10 @@ CLASSES = 10
 LEARNING_RATE = 1e-3
 
 
+# The policy both sides run under (--dtype-policy), set once by main().
+DTYPE_POLICY = ["float32"]
+
+
 def parse_arguments():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build", default="build/release",
@@ -62,6 +69,8 @@ def parse_arguments():
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per measurement")
     parser.add_argument("--only", choices=("step", "data-parallel", "transformer", "cnn"))
+    parser.add_argument("--dtype-policy", default="float32",
+                        help="Keras' global dtype policy on both sides, e.g. mixed_bfloat16 (default float32)")
     parser.add_argument("--venv", default=DEFAULT_VENV,
                         help=f"virtual environment for Keras + JAX (default {DEFAULT_VENV})")
     # Internal: a child that times JAX and prints one JSON line.
@@ -316,6 +325,9 @@ def cnn_worker(steps):
 
 
 def run_worker(arguments):
+    if arguments.jax_worker in ("transformer", "cnn"):  # the steps that take --dtype-policy on our side
+        import keras
+        keras.mixed_precision.set_global_policy(arguments.dtype_policy)
     if arguments.jax_worker == "jit":
         result = jit_worker(arguments.steps)
     elif arguments.jax_worker == "transformer":
@@ -376,7 +388,8 @@ def last_json(result, what):
 
 
 def measure_jax(python, worker, threads, steps):
-    command = [python, os.path.abspath(__file__), "--jax-worker", worker, "--steps", str(steps)]
+    command = [python, os.path.abspath(__file__), "--jax-worker", worker, "--steps", str(steps),
+               "--dtype-policy", DTYPE_POLICY[0]]
     result = subprocess.run(pinned(cores_for(threads), command), env=jax_environment(threads),
                             capture_output=True, text=True)
     return last_json(result, f"JAX {worker} worker")
@@ -439,7 +452,7 @@ def transformer_flags():
 
 def measure_our_transformer(build, threads, steps):
     binary = os.path.join(build, "benchmarks", "transformer_step")
-    command = [binary, "--json", "--only", "none", "--steps", str(steps), *transformer_flags()]
+    command = [binary, "--json", "--only", "none", "--steps", str(steps), *transformer_flags(), "--dtype-policy", DTYPE_POLICY[0]]
     result = subprocess.run(pinned(cores_for(threads), command),
                             env=dict(os.environ, KERAS_NUM_THREADS=str(threads)), capture_output=True, text=True)
     return last_json(result, "transformer_step")
@@ -448,7 +461,7 @@ def measure_our_transformer(build, threads, steps):
 def measure_our_transformer_processes(build, processes, steps):
     binary = os.path.join(build, "benchmarks", "transformer_step")
     command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(processes), "--bind-to", "core",
-               "-x", "KERAS_NUM_THREADS=1", binary, "--json", "--steps", str(steps), *transformer_flags()]
+               "-x", "KERAS_NUM_THREADS=1", binary, "--json", "--steps", str(steps), *transformer_flags(), "--dtype-policy", DTYPE_POLICY[0]]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"transformer_step under mpirun failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
@@ -457,7 +470,7 @@ def measure_our_transformer_processes(build, processes, steps):
 
 def measure_our_cnn(build, threads, steps):
     binary = os.path.join(build, "benchmarks", "convnet_step")
-    command = [binary, "--json", "--steps", str(steps), "--batch-size", str(CNN_BATCH)]
+    command = [binary, "--json", "--steps", str(steps), "--batch-size", str(CNN_BATCH), "--dtype-policy", DTYPE_POLICY[0]]
     result = subprocess.run(pinned(cores_for(threads), command),
                             env=dict(os.environ, KERAS_NUM_THREADS=str(threads)), capture_output=True, text=True)
     return last_json(result, "convnet_step")
@@ -466,7 +479,7 @@ def measure_our_cnn(build, threads, steps):
 def measure_our_cnn_processes(build, processes, steps):
     binary = os.path.join(build, "benchmarks", "convnet_step")
     command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(processes), "--bind-to", "core",
-               "-x", "KERAS_NUM_THREADS=1", binary, "--json", "--steps", str(steps), "--batch-size", str(CNN_BATCH)]
+               "-x", "KERAS_NUM_THREADS=1", binary, "--json", "--steps", str(steps), "--batch-size", str(CNN_BATCH), "--dtype-policy", DTYPE_POLICY[0]]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"convnet_step under mpirun failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
@@ -575,6 +588,7 @@ def compare_data_parallel(arguments, python):
 
 def main():
     arguments = parse_arguments()
+    DTYPE_POLICY[0] = arguments.dtype_policy
     if arguments.jax_worker:
         run_worker(arguments)
         return
@@ -586,7 +600,8 @@ def main():
     versions = subprocess.run([python, "-c", "import keras, jax; print(keras.__version__, jax.__version__)"],
                               capture_output=True, text=True, env=jax_environment(1)).stdout.split()
     print(f"Keras {versions[0]} on JAX {versions[1]}; {os.cpu_count()} CPUs; {arguments.rounds} "
-          f"interleaved rounds, medians; MLP batch {BATCH_SIZE}", flush=True)
+          f"interleaved rounds, medians; MLP batch {BATCH_SIZE}; the transformer and CNN steps under the "
+          f"{arguments.dtype_policy} policy on both sides", flush=True)
     if arguments.only in (None, "step"):
         compare_step(arguments, python)
     if arguments.only in (None, "data-parallel"):

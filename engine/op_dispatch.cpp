@@ -2,6 +2,8 @@
 // op_dispatch.h).
 #include "engine/op_dispatch.h"
 
+#include <string>
+
 #include "engine/ops.h"
 
 namespace keras {
@@ -25,16 +27,23 @@ Tensor through_handler(OpCall call) {
   // An assignment writes the variable itself: it is never read as a copy.
   const Autocast* autocast = call.family == OpFamily::assign ? nullptr : autocast_policy();
   if (autocast != nullptr) {
-    Autocast policy = *autocast;
-    // The casts themselves run without autocast (they would come back here), through the
-    // sharded handler when the variable is sharded.
+    const Autocast policy = *autocast;
+    // The casts run without autocast (they would come back here) and without the sharded
+    // handler: a cast of the stored block keeps the variable's annotation (element-wise ops
+    // inherit it with no handler), so the copy lies exactly as the variable does, whatever
+    // its layout. It keeps the variable's name too: the handler tells a variable's blocks
+    // from an activation's by it (a variable split over the batch axis is gathered, an
+    // activation's rows are not), and a copy in the compute dtype is never cast again.
     AutocastScope casting(std::nullopt);
+    ShardedOpScope on_the_block(nullptr);
     for (Tensor& operand : call.operands) {
-      if (is_autocast(operand, &policy)) operand = cast(operand, policy.compute_dtype);
+      if (!is_autocast(operand, &policy)) continue;
+      std::string name = operand.impl()->name;
+      operand = cast(operand, policy.compute_dtype);
+      operand.set_name(std::move(name));
     }
   }
-  const ShardedOpHandler* handler = sharded_op_handler();
-  if (handler != nullptr) {
+  if (const ShardedOpHandler* handler = sharded_op_handler()) {
     // The draws and the batch mean go through the handler annotated or not (an unannotated
     // activation is this process's rows of the global batch); the other families when an
     // operand is annotated, as goes_through_handler asks.
