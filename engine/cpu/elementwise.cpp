@@ -111,19 +111,6 @@ void zip_half(const Half* a, const Half* b, Half* out, std::int64_t count, Fn fn
   });
 }
 
-// Calls fn(Half{}) for a bfloat16 or float16 dtype; false for the others.
-template <typename Fn>
-bool dispatch_half(DType dtype, Fn&& fn) {
-  if (dtype == DType::bfloat16) {
-    fn(BFloat16{});
-    return true;
-  }
-  if (dtype == DType::float16) {
-    fn(Float16{});
-    return true;
-  }
-  return false;
-}
 
 // The kernel on float32 copies of its 16-bit tensors, the result rounded back: the cases the
 // fused loops do not cover (broadcasting, comparisons), as engine/float32_compute.h does.

@@ -50,18 +50,6 @@ void half_lines(const AxisLines& view, std::array<const Half*, Inputs> inputs, H
                });
 }
 
-template <typename Fn>
-bool dispatch_half(DType dtype, Fn&& fn) {
-  if (dtype == DType::bfloat16) {
-    fn(BFloat16{});
-    return true;
-  }
-  if (dtype == DType::float16) {
-    fn(Float16{});
-    return true;
-  }
-  return false;
-}
 
 // A 16-bit tensor softmax cannot take line by line (an axis other than the last): float32
 // copies, as engine/float32_compute.h makes them.
