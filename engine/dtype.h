@@ -104,6 +104,21 @@ decltype(auto) dispatch_compute_dtype(DType dtype, Fn&& fn) {
                        " tensor; half-precision tensors are computed in float32 by the backend"));
 }
 
+// Calls fn(BFloat16{}) or fn(Float16{}) for the half-precision dtypes and returns true; false
+// (fn not called) for the others. For the kernels and transports with 16-bit paths of their own.
+template <typename Fn>
+bool dispatch_half_precision(DType dtype, Fn&& fn) {
+  if (dtype == DType::bfloat16) {
+    fn(BFloat16{});
+    return true;
+  }
+  if (dtype == DType::float16) {
+    fn(Float16{});
+    return true;
+  }
+  return false;
+}
+
 // Same, for the dtypes arithmetic is defined on (everything but bool).
 template <typename Fn>
 decltype(auto) dispatch_numeric(DType dtype, Fn&& fn) {

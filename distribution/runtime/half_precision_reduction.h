@@ -33,18 +33,4 @@ void divide(Half* data, std::size_t count, int divisor) {
   for (std::size_t i = 0; i < count; ++i) data[i] = Half(static_cast<float>(data[i]) / static_cast<float>(divisor));
 }
 
-// Calls fn(Half{}) for bfloat16 or float16; returns false for other dtypes.
-template <typename Fn>
-bool dispatch(DType dtype, Fn&& fn) {
-  if (dtype == DType::bfloat16) {
-    fn(BFloat16{});
-    return true;
-  }
-  if (dtype == DType::float16) {
-    fn(Float16{});
-    return true;
-  }
-  return false;
-}
-
 }  // namespace keras::distribution::half_precision

@@ -190,7 +190,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out) {
       case UnaryOp::logical_not: break;  // bool, above
     }
   };
-  if (dispatch_half(x.dtype(), [&](auto half) {
+  if (dispatch_half_precision(x.dtype(), [&](auto half) {
         using Half = decltype(half);
         const Half* in = elements_of<Half>(x);
         Half* result = elements_of<Half>(out);
@@ -208,7 +208,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out) {
 
 void unary_gradient(UnaryOp op, const Tensor& x, const Tensor& output_gradient,
                     Tensor& input_gradient) {
-  if (dispatch_half(x.dtype(), [&](auto half) {
+  if (dispatch_half_precision(x.dtype(), [&](auto half) {
         using Half = decltype(half);
         using T = float;
         auto run = [&](auto derivative) {
@@ -301,7 +301,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
       on_float32_copies(a, b, out, [op](const Tensor& x, const Tensor& y, Tensor& result) { binary(op, x, y, result); });
       return;
     }
-    dispatch_half(a.dtype(), [&](auto half) {
+    dispatch_half_precision(a.dtype(), [&](auto half) {
       using Half = decltype(half);
       const Half* pa = elements_of<Half>(a);
       const Half* pb = elements_of<Half>(b);

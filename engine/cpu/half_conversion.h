@@ -7,7 +7,6 @@
 #pragma once
 #include <cstdint>
 
-#include "engine/dtype.h"
 #include "engine/half_precision.h"
 
 namespace keras::cpu {
@@ -16,19 +15,5 @@ void widen(const BFloat16* in, float* out, std::int64_t count);
 void widen(const Float16* in, float* out, std::int64_t count);
 void narrow(const float* in, BFloat16* out, std::int64_t count);
 void narrow(const float* in, Float16* out, std::int64_t count);
-
-// Calls fn(Half{}) for a bfloat16 or float16 dtype and returns true; false for the others.
-template <typename Fn>
-bool dispatch_half(DType dtype, Fn&& fn) {
-  if (dtype == DType::bfloat16) {
-    fn(BFloat16{});
-    return true;
-  }
-  if (dtype == DType::float16) {
-    fn(Float16{});
-    return true;
-  }
-  return false;
-}
 
 }  // namespace keras::cpu

@@ -71,7 +71,7 @@ void softmax(const Tensor& x, int axis, bool log, Tensor& out) {
       cast(wide_out, out);
       return;
     }
-    dispatch_half(x.dtype(), [&](auto half) {
+    dispatch_half_precision(x.dtype(), [&](auto half) {
       using Half = decltype(half);
       half_lines<Half, 1>(view, {elements_of<Half>(x)}, elements_of<Half>(out),
                           [log](const std::array<const float*, 1>& in, float* result, std::int64_t length) {
@@ -102,7 +102,7 @@ void softmax_gradient(const Tensor& y, const Tensor& output_gradient, int axis, 
       cast(wide_gradient, input_gradient);
       return;
     }
-    dispatch_half(y.dtype(), [&](auto half) {
+    dispatch_half_precision(y.dtype(), [&](auto half) {
       using Half = decltype(half);
       half_lines<Half, 2>(view, {elements_of<Half>(y), elements_of<Half>(output_gradient)},
                           elements_of<Half>(input_gradient),

@@ -124,7 +124,7 @@ void divide_in_place(void* data, std::int64_t count, DType dtype, int size) {
   auto divide = [&](auto* values) {
     for (std::int64_t i = 0; i < count; ++i) values[i] /= static_cast<std::remove_pointer_t<decltype(values)>>(size);
   };
-  if (half_precision::dispatch(dtype, [&](auto zero) {
+  if (dispatch_half_precision(dtype, [&](auto zero) {
         half_precision::divide(static_cast<decltype(zero)*>(data), static_cast<std::size_t>(count), size);
       })) {
     return;

@@ -89,7 +89,7 @@ int check_count(std::int64_t count, const char* what) {
 
 // Divides a summed buffer by the group size (mean = sum / size).
 void divide(void* data, std::int64_t count, DType dtype, int size) {
-  if (half_precision::dispatch(dtype, [&](auto zero) {
+  if (dispatch_half_precision(dtype, [&](auto zero) {
         half_precision::divide(static_cast<decltype(zero)*>(data), static_cast<std::size_t>(count), size);
       })) {
     return;
