@@ -165,6 +165,21 @@ TEST(HalfPrecisionTensors, OpsComputeInFloat32AndRoundOnce) {
   EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{256.0f, 1.0f, 1.0f}));
 }
 
+// The CPU fuses broadcasting of a repeating operand (a bias, a scalar) on either side; the
+// result is the float32 result rounded once.
+TEST(HalfPrecisionTensors, RepeatingOperandsOnEitherSideRoundOnce) {
+  Tensor x = testing::random_tensor({5, 300, 7}, 3, float32);
+  Tensor bias = testing::random_tensor({7}, 4, float32), row = testing::random_tensor({1, 300, 7}, 5, float32);
+  for (DType dtype : {bfloat16, float16}) {
+    Tensor hx = x.astype(dtype), hbias = bias.astype(dtype), hrow = row.astype(dtype);
+    auto expected = [&](const Tensor& wide) { return wide.astype(dtype).to_vector<double>(); };
+    EXPECT_EQ(ops::subtract(hbias, hx).to_vector<double>(), expected(ops::subtract(hbias.astype(float32), hx.astype(float32))));
+    EXPECT_EQ(ops::divide(hx, hrow).to_vector<double>(), expected(ops::divide(hx.astype(float32), hrow.astype(float32))));
+    EXPECT_EQ(ops::multiply(Tensor::scalar(0.3, dtype), hx).to_vector<double>(),
+              expected(ops::multiply(Tensor::scalar(0.3, dtype).astype(float32), hx.astype(float32))));
+  }
+}
+
 TEST(HalfPrecisionTensors, RandomFillsAreTheFloat32DrawRounded) {
   RandomSpec spec{RandomDistribution::normal, 0.0, 1.0, 42};
   Tensor wide = ops::random(spec, {64}, float32);

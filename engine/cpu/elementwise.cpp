@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "engine/cpu/half_conversion.h"
 #include "engine/cpu/kernels.h"
@@ -111,6 +112,40 @@ void zip_half(const Half* a, const Half* b, Half* out, std::int64_t count, Fn fn
   });
 }
 
+
+// Broadcasting of the common kind: `b` repeats along the leading axes of `a` (a bias over the
+// last axis, a scalar), given widened whole (it is small); `a` goes through in chunks. `b_first`:
+// the broadcast operand is the left one of fn.
+template <typename Half, typename Fn>
+void zip_half_repeating(const Half* a, const float* b, std::int64_t period, Half* out, std::int64_t count,
+                        bool b_first, Fn fn) {
+  parallel_for(count, kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
+    alignas(32) float left[kHalfChunk], result[kHalfChunk];
+    for (std::int64_t start = begin; start < end; start += kHalfChunk) {
+      std::int64_t n = std::min(kHalfChunk, end - start);
+      widen(a + start, left, n);
+      std::int64_t at = start % period;
+      for (std::int64_t i = 0; i < n; ++i) {
+        result[i] = b_first ? fn(b[at], left[i]) : fn(left[i], b[at]);
+        if (++at == period) at = 0;
+      }
+      narrow(result, out + start, n);
+    }
+  });
+}
+
+// Whether `small` (its leading 1s dropped) is the trailing axes of `shape`: it repeats along
+// the others.
+bool repeats_along_leading_axes(const Shape& small, const Shape& shape) {
+  std::size_t first = 0;
+  while (first < small.size() && small[first] == 1) ++first;
+  std::size_t kept = small.size() - first;
+  if (kept > shape.size()) return false;
+  for (std::size_t i = 0; i < kept; ++i) {
+    if (small[first + i] != shape[shape.size() - kept + i]) return false;
+  }
+  return true;
+}
 
 // The kernel on float32 copies of its 16-bit tensors, the result rounded back: the cases the
 // fused loops do not cover (broadcasting, comparisons), as engine/float32_compute.h does.
@@ -294,10 +329,15 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
     return;
   }
   if (is_half_precision(a.dtype())) {
-    const bool same_shapes = a.local_shape() == out.local_shape() && b.local_shape() == out.local_shape();
+    const Shape& shape = out.local_shape();
+    const bool a_whole = a.local_shape() == shape, b_whole = b.local_shape() == shape;
+    // Same shapes, or one operand repeating along the leading axes of the other (a bias, a
+    // scalar): fused; other broadcasts and the comparisons on float32 copies.
+    const bool fused = (a_whole && b_whole) || (a_whole && repeats_along_leading_axes(b.local_shape(), shape)) ||
+                       (b_whole && repeats_along_leading_axes(a.local_shape(), shape));
     const bool arithmetic = op == BinaryOp::add || op == BinaryOp::subtract || op == BinaryOp::multiply ||
                             op == BinaryOp::divide || op == BinaryOp::maximum || op == BinaryOp::minimum;
-    if (!same_shapes || !arithmetic) {
+    if (!fused || !arithmetic || out.size() == 0) {
       on_float32_copies(a, b, out, [op](const Tensor& x, const Tensor& y, Tensor& result) { binary(op, x, y, result); });
       return;
     }
@@ -306,17 +346,25 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
       const Half* pa = elements_of<Half>(a);
       const Half* pb = elements_of<Half>(b);
       Half* po = elements_of<Half>(out);
+      auto run = [&](auto fn) {
+        if (a_whole && b_whole) {
+          zip_half(pa, pb, po, out.size(), fn);
+          return;
+        }
+        const bool b_repeats = a_whole;
+        const Tensor& small = b_repeats ? b : a;
+        std::vector<float> repeated(static_cast<std::size_t>(small.size()));
+        widen(b_repeats ? pb : pa, repeated.data(), small.size());
+        zip_half_repeating(b_repeats ? pa : pb, repeated.data(), std::max<std::int64_t>(small.size(), 1), po,
+                           out.size(), /*b_first=*/!b_repeats, fn);
+      };
       switch (op) {
-        case BinaryOp::add: zip_half(pa, pb, po, out.size(), [](float x, float y) { return x + y; }); break;
-        case BinaryOp::subtract: zip_half(pa, pb, po, out.size(), [](float x, float y) { return x - y; }); break;
-        case BinaryOp::multiply: zip_half(pa, pb, po, out.size(), [](float x, float y) { return x * y; }); break;
-        case BinaryOp::divide: zip_half(pa, pb, po, out.size(), [](float x, float y) { return x / y; }); break;
-        case BinaryOp::maximum:
-          zip_half(pa, pb, po, out.size(), [](float x, float y) { return scalar::maximum(x, y); });
-          break;
-        default:
-          zip_half(pa, pb, po, out.size(), [](float x, float y) { return scalar::minimum(x, y); });
-          break;
+        case BinaryOp::add: run([](float x, float y) { return x + y; }); break;
+        case BinaryOp::subtract: run([](float x, float y) { return x - y; }); break;
+        case BinaryOp::multiply: run([](float x, float y) { return x * y; }); break;
+        case BinaryOp::divide: run([](float x, float y) { return x / y; }); break;
+        case BinaryOp::maximum: run([](float x, float y) { return scalar::maximum(x, y); }); break;
+        default: run([](float x, float y) { return scalar::minimum(x, y); }); break;
       }
     });
     return;
