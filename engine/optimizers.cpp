@@ -66,11 +66,20 @@ void Optimizer::apply(const std::vector<Tensor>& variables, const std::vector<Te
   std::vector<Tensor> unscaled;
   if (loss_scaling_) {
     NoGradGuard no_grad;
-    // One reduction a gradient: max |g| is inf or NaN exactly when some element is.
-    bool finite = true;
-    for (const Tensor& gradient : gradients) {
-      if (gradient.defined() && finite) finite = std::isfinite(ops::max(ops::abs(gradient)).item());
+    // One reduction a gradient: max |g| is inf or NaN exactly when some element is. Under
+    // ModelParallel a gradient is this process's block: the flags are added over the processes
+    // that hold the other blocks (the hook clipping uses), so every process decides alike.
+    std::vector<Tensor> present;
+    std::vector<double> non_finite;
+    for (std::size_t i = 0; i < gradients.size(); ++i) {
+      if (!gradients[i].defined()) continue;
+      present.push_back(variables[i]);
+      const bool finite_here = gradients[i].size() == 0 || std::isfinite(ops::max(ops::abs(gradients[i])).item());
+      non_finite.push_back(finite_here ? 0.0 : 1.0);
     }
+    if (squared_norm_sum_) squared_norm_sum_(present, non_finite);
+    bool finite = true;
+    for (double flag : non_finite) finite = finite && flag == 0.0;
     if (!finite) {
       loss_scale_ /= 2;
       finite_steps_ = 0;

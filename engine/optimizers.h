@@ -146,7 +146,8 @@ class Optimizer {
   // gradients: any inf or NaN skips the step (no update, iterations() unchanged) and halves the
   // scale; finite gradients are divided by the scale and applied, and after
   // `dynamic_growth_steps` finite steps in a row the scale doubles. Under DataParallel the
-  // check reads the all-reduced gradients, so every process decides alike.
+  // check reads the all-reduced gradients, under ModelParallel each block's verdict is added
+  // over the processes (set_squared_norm_sum's hook), so every process decides alike.
   void enable_loss_scaling(double initial_scale = 32768.0, int dynamic_growth_steps = 2000);
   bool scales_loss() const { return loss_scaling_; }
   double loss_scale() const { return loss_scale_; }  // Keras' dynamic_scale

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <limits>
 
-#if defined(__x86_64__)
+#if defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -59,17 +59,17 @@ TEST(HalfPrecisionConversion, RoundsToNearestTiesToEven) {
   EXPECT_TRUE(std::isnan(float(BFloat16(bits_to_float(0x7f800001u)))));  // a signalling NaN
 }
 
-#if defined(__x86_64__)
-__attribute__((target("f16c"))) std::uint16_t hardware_float16(float value) {
-  return static_cast<std::uint16_t>(_cvtss_sh(value, _MM_FROUND_TO_NEAREST_INT));
+#if defined(__F16C__)
+std::uint16_t hardware_float16(float value) {
+  return static_cast<std::uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(value), _MM_FROUND_TO_NEAREST_INT), 0));
 }
 #endif
 
 // The CPU's F16C conversion is an independent reference for float16's rounding: every 4099th
 // float32 pattern (about a million, all signs, exponents and subnormals) must give its bits.
+// F16C comes with the build's x86-64-v3 target (CMakeLists.txt, KERAS_CPU_TARGET).
 TEST(HalfPrecisionConversion, Float16MatchesTheCpusF16cInstructions) {
-#if defined(__x86_64__)
-  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "this CPU has no F16C instructions";
+#if defined(__F16C__)
   int mismatches = 0;
   for (std::uint64_t pattern = 0; pattern <= 0xffffffffu; pattern += 4099) {
     float value = bits_to_float(static_cast<std::uint32_t>(pattern));
@@ -82,13 +82,10 @@ TEST(HalfPrecisionConversion, Float16MatchesTheCpusF16cInstructions) {
   }
   EXPECT_EQ(mismatches, 0);
 #else
-  GTEST_SKIP() << "not an x86-64 CPU";
+  GTEST_SKIP() << "built without F16C (KERAS_CPU_TARGET below x86-64-v3)";
 #endif
 }
 
-// The CPU's cast kernel converts float32 in 8-wide vector loops (engine/cpu/half_conversion.h):
-// every float32 pattern class (normals near rounding ties, subnormals, infinities, NaNs of
-// both signs) gives the scalar rule's bits, and back.
 TEST(HalfPrecisionTensors, VectorCastsGiveTheScalarRulesBits) {
   std::vector<float> values;
   for (std::uint32_t pattern = 0; pattern < 0xffffffffu - 65521; pattern += 65521) {

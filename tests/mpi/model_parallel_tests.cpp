@@ -397,6 +397,41 @@ TEST(ModelParallelWeights, SavedOnOneMeshLoadOnOneProcessOrAnotherMesh) {
   if (kd::process_id() == 0) std::remove(path.c_str());
 }
 
+// LossScaleOptimizer under ModelParallel: a non-finite gradient in one process's block only
+// (process 0's hidden units are dead, relu's gradient turns the overflow from its huge output
+// rows into NaN there and nowhere else) skips the step and halves the scale on every process,
+// so the replicas stay one model.
+TEST(ModelParallelLossScaling, ANonFiniteBlockOnOneProcessSkipsTheStepEverywhere) {
+  clear_session();
+  set_random_seed(5);
+  auto map = std::make_shared<kd::LayoutMap>(model_axis(size()));
+  (*map)[".*wide/kernel"] = {std::nullopt, "model"};
+  (*map)[".*wide/bias"] = {"model"};
+  (*map)[".*narrow/kernel"] = {"model", std::nullopt};
+  kd::set_distribution(std::make_shared<kd::ModelParallel>(map));
+  Sequential model({layers::Dense(64, "relu", named("wide")), layers::Dense(4, "", named("narrow"))});
+  auto optimizer = std::make_shared<optimizers::LossScaleOptimizer<optimizers::Adam>>(optimizers::Adam(0.01), 1024.0, 1000);
+  model.compile(optimizer, losses::SparseCategoricalCrossentropy(true));
+  Tensor y = ops::cast(ops::random({RandomDistribution::uniform, 0, 4, 43}, {kBatch}, float64), int64);
+  model.predict(inputs_for_tests());  // builds it
+  if (kd::process_id() == 0) {
+    for (Variable* variable : model.variables()) {
+      if (variable->path().ends_with("wide/bias")) variable->value.assign(Tensor::full(variable->value.shape(), -1e30));
+      if (variable->path().ends_with("narrow/kernel")) variable->value.assign(Tensor::full(variable->value.shape(), 1e38));
+    }
+  }
+  std::vector<std::vector<float>> before;
+  for (Variable* variable : model.variables()) before.push_back(variable->value.to_vector<float>());
+  model.train_on_batch(inputs_for_tests(), y);
+  EXPECT_EQ(optimizer->loss_scale(), 512.0) << "process " << kd::process_id();
+  EXPECT_EQ(optimizer->iterations(), 0);
+  std::size_t index = 0;
+  for (Variable* variable : model.variables()) {
+    EXPECT_EQ(variable->value.to_vector<float>(), before[index++]) << variable->path() << " was updated";
+  }
+  kd::set_distribution(nullptr);
+}
+
 // A sharded variable and its Adam moments take 1/N of the memory on each of N processes.
 TEST(ModelParallelMemory, ShardedVariablesAndTheirMomentsAreOneNth) {
   clear_session();
