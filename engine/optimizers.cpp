@@ -150,8 +150,24 @@ void Optimizer::enable_loss_scaling(double initial_scale, int dynamic_growth_ste
   }
   loss_scaling_ = true;
   loss_scale_ = initial_scale;
+  initial_loss_scale_ = initial_scale;
   growth_steps_ = dynamic_growth_steps;
   finite_steps_ = 0;
+}
+
+void Optimizer::set_loss_scale_state(double scale, std::int64_t finite_steps_in_a_row) {
+  if (!loss_scaling_) {
+    throw ValueError(str(name_, ": set_loss_scale_state needs loss scaling on (LossScaleOptimizer); this "
+                                "optimizer does not scale its loss"));
+  }
+  if (!(scale > 0) || !std::isfinite(scale)) {
+    throw ValueError(str(name_, ": a loss scale must be a finite number > 0, got ", scale));
+  }
+  if (finite_steps_in_a_row < 0) {
+    throw ValueError(str(name_, ": the count of finite steps in a row must be >= 0, got ", finite_steps_in_a_row));
+  }
+  loss_scale_ = scale;
+  finite_steps_ = finite_steps_in_a_row;
 }
 
 Tensor Optimizer::scale_loss(const Tensor& loss) const { return loss_scaling_ ? loss * loss_scale_ : loss; }

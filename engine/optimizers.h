@@ -151,8 +151,12 @@ class Optimizer {
   void enable_loss_scaling(double initial_scale = 32768.0, int dynamic_growth_steps = 2000);
   bool scales_loss() const { return loss_scaling_; }
   double loss_scale() const { return loss_scale_; }  // Keras' dynamic_scale
+  double initial_loss_scale() const { return initial_loss_scale_; }
   int loss_scale_growth_steps() const { return growth_steps_; }
   std::int64_t finite_steps_in_a_row() const { return finite_steps_; }  // Keras' step_counter
+  // Where a saved run left the scale (weight files, backups): a finite scale > 0 and a count
+  // of finite steps >= 0; a ValueError otherwise, or when loss scaling is off.
+  void set_loss_scale_state(double scale, std::int64_t finite_steps_in_a_row);
   Tensor scale_loss(const Tensor& loss) const;
 
  protected:
@@ -182,6 +186,7 @@ class Optimizer {
   std::int64_t calls_ = 0;  // of apply()
   bool loss_scaling_ = false;
   double loss_scale_ = 1.0;
+  double initial_loss_scale_ = 1.0;
   int growth_steps_ = 2000;
   std::int64_t finite_steps_ = 0;
   std::string name_;

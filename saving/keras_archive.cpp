@@ -225,12 +225,12 @@ void write_archive(const std::string& path, const std::string& config, const std
   }
 }
 
-// Keras' compile_config, when keras-cpp has what it names: the optimizer (Adam, AdamW, SGD,
-// RMSprop, Adagrad, with a constant learning rate) and losses and metrics by name. Returns why
+// The optimizer a compile_config serializes, when keras-cpp has it (Adam, AdamW, SGD, RMSprop,
+// Adagrad, with a constant learning rate; LossScaleOptimizer around one of them). Returns why
 // not otherwise.
-std::optional<std::string> compile_from_config(Model& model, const nlohmann::json& compile) {
-  if (!compile.is_object()) return "compile_config is not an object";
-  const nlohmann::json optimizer_json = compile.value("optimizer", nlohmann::json());
+std::optional<std::string> optimizer_from_config(const nlohmann::json& optimizer_json,
+                                                 std::shared_ptr<optimizers::Optimizer>& optimizer,
+                                                 bool inside_loss_scaling = false) {
   std::string class_name;
   nlohmann::json fields = nlohmann::json::object();
   if (optimizer_json.is_string()) {
@@ -238,6 +238,7 @@ std::optional<std::string> compile_from_config(Model& model, const nlohmann::jso
   } else if (optimizer_json.is_object() && optimizer_json.value("class_name", nlohmann::json()).is_string()) {
     class_name = optimizer_json["class_name"].get<std::string>();
     fields = optimizer_json.value("config", nlohmann::json::object());
+    if (!fields.is_object()) return "its optimizer's config is not an object";
   } else {
     return "its optimizer is not a name or a serialized optimizer";
   }
@@ -247,18 +248,39 @@ std::optional<std::string> compile_from_config(Model& model, const nlohmann::jso
     if (!found->is_number()) return std::nullopt;
     return found->get<double>();
   };
+  auto whole = [](std::optional<double> value, double most) {
+    return value && *value >= 0 && *value <= most && *value == std::floor(*value);
+  };
+  if (class_name == "LossScaleOptimizer") {
+    // Keras' LossScaleOptimizer(inner_optimizer, initial_scale, dynamic_growth_steps), which
+    // takes no other argument but its name.
+    if (inside_loss_scaling) return "its LossScaleOptimizer wraps another LossScaleOptimizer";
+    for (const auto& [key, value] : fields.items()) {
+      if (key != "name" && key != "inner_optimizer" && key != "initial_scale" && key != "dynamic_growth_steps") {
+        return str("its LossScaleOptimizer sets ", key, ", which LossScaleOptimizer does not take");
+      }
+    }
+    if (!fields.contains("inner_optimizer")) return "its LossScaleOptimizer names no inner_optimizer";
+    if (auto why = optimizer_from_config(fields["inner_optimizer"], optimizer, true)) return why;
+    std::optional<double> initial_scale = number("initial_scale", 32768.0);
+    std::optional<double> growth_steps = number("dynamic_growth_steps", 2000.0);
+    if (!initial_scale) return "its LossScaleOptimizer's initial_scale is not a number";
+    if (!whole(growth_steps, 1e9)) return "its LossScaleOptimizer's dynamic_growth_steps is not a whole number up to 10^9";
+    try {
+      optimizer->enable_loss_scaling(*initial_scale, static_cast<int>(*growth_steps));
+    } catch (const Error& error) {
+      return str("its LossScaleOptimizer's arguments are refused: ", error.what());
+    }
+    return std::nullopt;
+  }
   if (fields.contains("loss_scale_factor") && !fields["loss_scale_factor"].is_null()) {
     return "its optimizer sets loss_scale_factor, which keras-cpp does not have";
   }
   if (fields.value("amsgrad", false) != false) return "its optimizer uses amsgrad, which keras-cpp does not have";
-  auto whole = [](std::optional<double> value, double most) {
-    return value && *value >= 0 && *value <= most && *value == std::floor(*value);
-  };
   std::optional<double> rate = number("learning_rate", 0.001);
   if (!rate) return "its learning rate is a schedule, which loading does not carry over yet";
   double weight_decay = number("weight_decay", 0.0).value_or(0.0);
   std::string name = to_snake_case(class_name);
-  std::shared_ptr<optimizers::Optimizer> optimizer;
   try {
     if (name == "adam") {
       optimizer = std::make_shared<optimizers::Adam>(*rate, number("beta_1", 0.9).value_or(0.9),
@@ -308,6 +330,15 @@ std::optional<std::string> compile_from_config(Model& model, const nlohmann::jso
   } catch (const Error& error) {
     return error.what();
   }
+  return std::nullopt;
+}
+
+// Keras' compile_config, when keras-cpp has what it names: the optimizer (above) and losses
+// and metrics by name. Returns why not otherwise.
+std::optional<std::string> compile_from_config(Model& model, const nlohmann::json& compile) {
+  if (!compile.is_object()) return "compile_config is not an object";
+  std::shared_ptr<optimizers::Optimizer> optimizer;
+  if (auto why = optimizer_from_config(compile.value("optimizer", nlohmann::json()), optimizer)) return why;
   const nlohmann::json loss = compile.value("loss", nlohmann::json());
   std::string loss_name;
   if (loss.is_string()) {

@@ -150,7 +150,12 @@ std::vector<OptimizerEntry> keras_optimizer_entries(const optimizers::Optimizer&
                                                     const std::vector<Variable*>& trainable,
                                                     bool with_state) {
   using Kind = OptimizerEntry::Kind;
-  std::vector<OptimizerEntry> entries = {{Kind::iterations}};
+  std::vector<OptimizerEntry> entries;
+  if (optimizer.scales_loss()) {
+    entries = {{Kind::loss_scale_optimizer_iterations}, {Kind::loss_scale_optimizer_learning_rate},
+               {Kind::loss_scale_step_counter}, {Kind::loss_scale}};
+  }
+  entries.push_back({Kind::iterations});
   if (!optimizer.learning_rate_schedule()) entries.push_back({Kind::learning_rate});
   if (!with_state) return entries;
   if (optimizer.use_ema()) {

@@ -10,7 +10,10 @@
 //                            (layers/multi_head_attention/query_dense/vars/0)
 //   vars/<i>                 the model's own variables; each "vars" group has an attribute
 //                            "name", the object's name
-//   optimizer/vars/<i>       iterations, learning_rate, then the per-variable state
+//   optimizer/vars/<i>       iterations, learning_rate, then the per-variable state; under
+//                            LossScaleOptimizer its own four first (iteration and
+//                            learning_rate, always 0; step_counter, dynamic_scale), then the
+//                            inner optimizer's
 // A layer's own variables are numbered trainable first, then non-trainable (BatchNormalization:
 // gamma, beta, moving_mean, moving_variance). The same keys name the tensors of our
 // safetensors weight files.
@@ -57,9 +60,22 @@ std::vector<WeightGroup> keras_weight_groups(Model& model);
 // schedule), the moving averages (use_ema), the gradient sums (gradient_accumulation_steps),
 // then each kind of per-variable state in Keras' build order (Adam: momentum and velocity of
 // each variable in turn; RMSprop: every velocity, then every momentum, then every average
-// gradient). One entry per tensor in the file.
+// gradient). One entry per tensor in the file. With loss scaling on, Keras'
+// LossScaleOptimizer's own variables come first: its iteration and learning_rate (it never
+// steps itself: 0 and 0.0, read and ignored), step_counter (finite steps in a row) and
+// dynamic_scale (the loss scale).
 struct OptimizerEntry {
-  enum class Kind { iterations, learning_rate, average, accumulated, slot } kind;
+  enum class Kind {
+    loss_scale_optimizer_iterations,
+    loss_scale_optimizer_learning_rate,
+    loss_scale_step_counter,
+    loss_scale,
+    iterations,
+    learning_rate,
+    average,
+    accumulated,
+    slot
+  } kind;
   Variable* variable = nullptr;  // the model's variable it belongs to (average .. slot)
   int slot = -1;                 // the optimizer's slot index (slot)
 };

@@ -61,6 +61,37 @@ Tensor optimizer_tensor(const optimizers::Optimizer& optimizer, const OptimizerE
   }
 }
 
+// The entries that are one number of the optimizer's, not a tensor per variable.
+bool is_scalar(Kind kind) {
+  return kind != Kind::average && kind != Kind::accumulated && kind != Kind::slot;
+}
+
+const char* scalar_name(Kind kind) {
+  switch (kind) {
+    case Kind::loss_scale_optimizer_iterations: return "LossScaleOptimizer's own iteration";
+    case Kind::loss_scale_optimizer_learning_rate: return "LossScaleOptimizer's own learning_rate";
+    case Kind::loss_scale_step_counter: return "step_counter (finite steps in a row)";
+    case Kind::loss_scale: return "dynamic_scale (the loss scale)";
+    case Kind::iterations: return "iterations";
+    default: return "learning_rate";
+  }
+}
+
+// The number an entry that is_scalar writes, with the dtype Keras gives it.
+Tensor optimizer_scalar(const optimizers::Optimizer& optimizer, Kind kind) {
+  switch (kind) {
+    case Kind::loss_scale_optimizer_iterations: return Tensor::scalar(0.0, int64);
+    case Kind::loss_scale_optimizer_learning_rate: return Tensor::scalar(0.0, float32);
+    case Kind::loss_scale_step_counter:
+      return Tensor::scalar(static_cast<double>(optimizer.finite_steps_in_a_row()), int64);
+    case Kind::loss_scale: return Tensor::scalar(optimizer.loss_scale(), float32);
+    // Keras' _iterations counts every apply() call; its iterations property divides by
+    // gradient_accumulation_steps. The file holds the calls.
+    case Kind::iterations: return Tensor::scalar(static_cast<double>(optimizer.calls()), int64);
+    default: return Tensor::scalar(optimizer.learning_rate(), float32);
+  }
+}
+
 // Whether the optimizer has made its per-variable state (Keras: whether it is built).
 bool optimizer_has_state(const optimizers::Optimizer& optimizer, const std::vector<Variable*>& trainable) {
   for (Variable* variable : trainable) {
@@ -166,16 +197,14 @@ WeightsWritten save_keras_weights(Model& model, const std::string& path) {
     std::vector<Variable*> trainable = trainable_variables(model);
     std::vector<OptimizerEntry> entries =
         keras_optimizer_entries(optimizer, trainable, optimizer_has_state(optimizer, trainable));
-    attempt([&] { tree->at("optimizer/vars").set_string_attribute("name", keras_optimizer_name(optimizer.name())); });
+    const std::string optimizer_name =
+        optimizer.scales_loss() ? "loss_scale_optimizer" : keras_optimizer_name(optimizer.name());
+    attempt([&] { tree->at("optimizer/vars").set_string_attribute("name", optimizer_name); });
     for (std::size_t index = 0; index < entries.size(); ++index) {
       const OptimizerEntry& entry = entries[index];
       Tensor tensor;
-      if (entry.kind == Kind::iterations) {
-        // Keras' _iterations counts every apply() call; its iterations property divides by
-        // gradient_accumulation_steps. The file holds the calls.
-        tensor = Tensor::scalar(static_cast<double>(optimizer.calls()), int64);
-      } else if (entry.kind == Kind::learning_rate) {
-        tensor = Tensor::scalar(optimizer.learning_rate(), float32);
+      if (is_scalar(entry.kind)) {
+        tensor = optimizer_scalar(optimizer, entry.kind);
       } else {
         Tensor local = optimizer_tensor(optimizer, entry);
         // A variable without this state yet (no gradient reached it): zeros, as Keras' built
@@ -258,6 +287,8 @@ std::string variable_names(const std::vector<Variable*>& variables) {
 struct OptimizerState {
   std::optional<std::int64_t> iterations;
   std::optional<double> learning_rate;
+  std::optional<double> loss_scale;
+  std::optional<std::int64_t> loss_scale_steps;
   std::vector<std::pair<OptimizerEntry, Tensor>> tensors;
 };
 
@@ -286,29 +317,37 @@ std::optional<OptimizerState> read_optimizer(const Group& root, Model& model, co
   for (std::size_t index = 0; index < entries.size(); ++index) {
     const OptimizerEntry& entry = entries[index];
     std::string name = std::to_string(index);
-    if (entry.kind == Kind::iterations || entry.kind == Kind::learning_rate) {
+    if (is_scalar(entry.kind)) {
       io::hdf5::DatasetInfo info = vars->dataset_info(name);
       if (!info.shape.empty()) {
         throw ShapeError(str("load_weights: 'optimizer/vars/", name, "' in '", path, "' has shape ",
-                             shape_to_string(info.shape), "; the optimizer's ",
-                             entry.kind == Kind::iterations ? "iterations" : "learning_rate",
+                             shape_to_string(info.shape), "; the optimizer's ", scalar_name(entry.kind),
                              " is a scalar"));
       }
-      if (entry.kind == Kind::iterations) {
-        std::int64_t iterations = vars->read_dataset(name, int64).to_vector<std::int64_t>()[0];
-        if (iterations < 0 || iterations > (std::int64_t{1} << 53)) {
-          throw FileFormatError(str("load_weights: 'optimizer/vars/", name, "' in '", path, "' gives the optimizer ",
-                                    iterations, " iterations; expected a count from 0 to 2^53"));
+      if (entry.kind == Kind::iterations || entry.kind == Kind::loss_scale_step_counter) {
+        std::int64_t steps = vars->read_dataset(name, int64).to_vector<std::int64_t>()[0];
+        if (steps < 0 || steps > (std::int64_t{1} << 53)) {
+          throw FileFormatError(str("load_weights: 'optimizer/vars/", name, "' in '", path, "' gives the optimizer's ",
+                                    scalar_name(entry.kind), " as ", steps, "; expected a count from 0 to 2^53"));
         }
-        state.iterations = iterations;
-      } else {
+        (entry.kind == Kind::iterations ? state.iterations : state.loss_scale_steps) = steps;
+      } else if (entry.kind == Kind::learning_rate) {
         double rate = vars->read_dataset(name, float64).to_vector<double>()[0];
         if (!std::isfinite(rate) || rate < 0) {
           throw FileFormatError(str("load_weights: 'optimizer/vars/", name, "' in '", path,
                                     "' gives the learning rate ", rate, "; expected a finite rate of 0 or more"));
         }
         state.learning_rate = rate;
+      } else if (entry.kind == Kind::loss_scale) {
+        double scale = vars->read_dataset(name, float64).to_vector<double>()[0];
+        if (!std::isfinite(scale) || scale <= 0) {
+          throw FileFormatError(str("load_weights: 'optimizer/vars/", name, "' in '", path,
+                                    "' gives the loss scale (dynamic_scale) ", scale, "; expected a finite scale > 0"));
+        }
+        state.loss_scale = scale;
       }
+      // LossScaleOptimizer's own iteration and learning_rate: it never steps itself (0 in
+      // every file Keras writes); the inner optimizer's are the ones that count.
       continue;
     }
     const Variable& variable = *entry.variable;
@@ -321,6 +360,7 @@ std::optional<OptimizerState> read_optimizer(const Group& root, Model& model, co
 
 void apply_optimizer(optimizers::Optimizer& optimizer, const OptimizerState& state) {
   if (state.iterations) optimizer.set_calls(*state.iterations);
+  if (state.loss_scale && state.loss_scale_steps) optimizer.set_loss_scale_state(*state.loss_scale, *state.loss_scale_steps);
   if (state.learning_rate && !optimizer.learning_rate_schedule()) optimizer.set_learning_rate(*state.learning_rate);
   std::map<Variable*, std::vector<Tensor>> slots;
   std::map<Variable*, optimizers::Optimizer::OutsideSlots> outside;

@@ -388,9 +388,18 @@ nlohmann::json compile_config(Model& model) {
   for (const optimizers::Optimizer::KerasArgument& argument : optimizer.keras_arguments()) {
     config[argument.name] = argument.boolean ? nlohmann::json(argument.value != 0.0) : nlohmann::json(argument.value);
   }
+  nlohmann::json optimizer_json = config_json::serialized("keras.optimizers", optimizer.keras_class_name(), config);
+  if (optimizer.scales_loss()) {
+    // Keras' LossScaleOptimizer around the inner optimizer (only "name" of the base's options).
+    optimizer_json = config_json::serialized("keras.optimizers", "LossScaleOptimizer",
+                                             {{"name", "loss_scale_optimizer"},
+                                              {"inner_optimizer", optimizer_json},
+                                              {"initial_scale", optimizer.initial_loss_scale()},
+                                              {"dynamic_growth_steps", optimizer.loss_scale_growth_steps()}});
+  }
   nlohmann::json loss = nlohmann::json::array();
   for (const losses::LossPtr& each : model.compiled_losses()) loss.push_back(each->name());
-  return {{"optimizer", config_json::serialized("keras.optimizers", optimizer.keras_class_name(), config)},
+  return {{"optimizer", optimizer_json},
           {"loss", loss.size() == 1 ? loss[0] : loss},
           {"loss_weights", nullptr},
           {"metrics", nullptr},

@@ -196,21 +196,35 @@ struct RunResult {
   std::vector<std::vector<double>> weights;
   History history;
   std::shared_ptr<BackupAndRestore> backup;
+  double loss_scale = 0;
+  std::int64_t finite_steps_in_a_row = 0;
+};
+
+// What the run's Adam keeps beside its slots, which a backup between two updates must hold.
+enum class AdamState {
+  slots_only,
+  accumulate_and_average,  // adds 5 steps' gradients up before each update; moving averages
+  loss_scaled,             // LossScaleOptimizer from a scale that overflows, growing every 2 steps
 };
 
 // The same program each time, as a restarted process would run it: same seeds, same model.
 // 120 samples in batches of 16: 8 batches an epoch, the last one short (8 samples).
-// `accumulate_and_average`: Adam adds 5 steps' gradients up before each update and keeps moving
-// averages, state a backup between two updates must hold.
 RunResult train(const std::string& backup_dir, BackupAndRestore::Options options,
                 std::shared_ptr<Callback> interrupt = nullptr, std::int64_t batch_size = 16,
-                bool accumulate_and_average = false) {
+                AdamState state = AdamState::slots_only) {
   clear_session();
   set_random_seed(3);
   Blobs data = make_blobs(120, 9), validation = make_blobs(32, 10);
   Sequential model({layers::Dense(8, "relu"), layers::Dropout(0.2), layers::Dense(3)});
-  auto adam = std::make_shared<optimizers::Adam>(0.01);
-  if (accumulate_and_average) {
+  std::shared_ptr<optimizers::Adam> adam;
+  if (state == AdamState::loss_scaled) {
+    // 1e40 is past float32's range: the first steps overflow and halve it, and every second
+    // finite step doubles it into another overflow, so the scale moves all run long.
+    adam = std::make_shared<optimizers::LossScaleOptimizer<optimizers::Adam>>(optimizers::Adam(0.01), 1e40, 2);
+  } else {
+    adam = std::make_shared<optimizers::Adam>(0.01);
+  }
+  if (state == AdamState::accumulate_and_average) {
     adam->set_gradient_accumulation_steps(5);
     adam->set_ema(true, 0.9);
   }
@@ -227,6 +241,8 @@ RunResult train(const std::string& backup_dir, BackupAndRestore::Options options
                                               .validation_data = {validation.x, validation.y},
                                               .callbacks = callbacks, .verbose = 0});
   for (const Tensor& weight : model.weights()) result.weights.push_back(weight.to_vector<double>());
+  result.loss_scale = adam->loss_scale();
+  result.finite_steps_in_a_row = adam->finite_steps_in_a_row();
   return result;
 }
 
@@ -281,11 +297,31 @@ TEST_F(CallbacksTest, BackupAndRestoreInBatchesResumesAtTheBatch) {
 // the resumed run ends with the uninterrupted run's weights (the averages, after fit).
 TEST_F(CallbacksTest, BackupAndRestoreKeepsGradientSumsAndAverages) {
   BackupAndRestore::Options every_three = {.save_freq = std::int64_t{3}};
-  RunResult reference = train(file("reference"), every_three, nullptr, 16, /*accumulate_and_average=*/true);
-  EXPECT_THROW(train(file("backup"), every_three, std::make_shared<Interrupt>(1, 5), 16, true), std::runtime_error);
-  RunResult resumed = train(file("backup"), every_three, nullptr, 16, true);
+  const AdamState state = AdamState::accumulate_and_average;
+  RunResult reference = train(file("reference"), every_three, nullptr, 16, state);
+  EXPECT_THROW(train(file("backup"), every_three, std::make_shared<Interrupt>(1, 5), 16, state), std::runtime_error);
+  RunResult resumed = train(file("backup"), every_three, nullptr, 16, state);
   EXPECT_EQ(resumed.backup->restored_step(), 4);
   expect_same_run(resumed, reference);
+}
+
+// A loss-scaled run resumes with the scale it had reached and its count of finite steps: from
+// the initial scale again, its first steps would be skipped as overflows and it would end
+// elsewhere (this test fails so without the backup's loss_scale).
+TEST_F(CallbacksTest, BackupAndRestoreKeepsTheLossScale) {
+  BackupAndRestore::Options every_three = {.save_freq = std::int64_t{3}};
+  const AdamState state = AdamState::loss_scaled;
+  RunResult reference = train(file("reference"), every_three, nullptr, 16, state);
+  EXPECT_LT(reference.loss_scale, 1e40);  // it did overflow and halve
+  EXPECT_THROW(train(file("backup"), every_three, std::make_shared<Interrupt>(1, 5), 16, state), std::runtime_error);
+  RunResult resumed = train(file("backup"), every_three, nullptr, 16, state);
+  EXPECT_EQ(resumed.backup->restored_step(), 4);
+  expect_same_run(resumed, reference);
+  EXPECT_EQ(resumed.loss_scale, reference.loss_scale);
+  EXPECT_EQ(resumed.finite_steps_in_a_row, reference.finite_steps_in_a_row);
+  // A backup of a loss-scaled run does not resume a run without loss scaling, nor the reverse.
+  EXPECT_THROW(train(file("backup"), every_three, std::make_shared<Interrupt>(1, 5), 16, state), std::runtime_error);
+  expect_throw_with<ValueError>([&] { train(file("backup"), every_three); }, "with loss scaling (LossScaleOptimizer)");
 }
 
 TEST_F(CallbacksTest, BackupAndRestoreFallsBackToThePreviousBackup) {

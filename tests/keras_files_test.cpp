@@ -98,6 +98,57 @@ TEST_P(KerasFilesTest, ArchivesSavedHereLoadHere) {
   EXPECT_FALSE(loaded->compiled());  // saved uncompiled
 }
 
+// Keras' LossScaleOptimizer(Adam(0.01), initial_scale=1024, dynamic_growth_steps=3) after 4
+// finite steps: the scale doubled once (2048) and one step counts toward the next doubling.
+// Its weights file and archive carry that state here; ours carry it back (both ways through
+// our own files here, into Keras in check_keras_files.py).
+TEST(KerasFilesLossScaling, LossScaleOptimizersStateComesAlong) {
+  clear_session();
+  KerasAnswer answer = answer_of("mlp_loss_scaled");
+  auto expect_keras_state = [&](const optimizers::Optimizer& optimizer, const std::string& from) {
+    SCOPED_TRACE(from);
+    EXPECT_TRUE(optimizer.scales_loss());
+    EXPECT_EQ(optimizer.loss_scale(), 2048.0);
+    EXPECT_EQ(optimizer.finite_steps_in_a_row(), 1);
+    EXPECT_EQ(optimizer.iterations(), 4);
+    EXPECT_NEAR(optimizer.learning_rate(), 0.01, 1e-9);
+  };
+  std::shared_ptr<Model> model = testing::make_keras_file_model("mlp");
+  model->compile(optimizers::LossScaleOptimizer<optimizers::Adam>(optimizers::Adam(0.01), 1024.0, 3), "mse");
+  model->load_weights(reference("mlp_loss_scaled.weights.h5"));
+  EXPECT_LE(largest_difference(predict(*model, answer.inputs)[0], answer.predictions), 1e-6);
+  expect_keras_state(model->optimizer(), "Keras' .weights.h5");
+
+  std::shared_ptr<Model> archived = load_model(reference("mlp_loss_scaled.keras"));
+  ASSERT_TRUE(archived->compiled());
+  EXPECT_EQ(archived->optimizer().initial_loss_scale(), 1024.0);
+  EXPECT_EQ(archived->optimizer().loss_scale_growth_steps(), 3);
+  EXPECT_LE(largest_difference(predict(*archived, answer.inputs)[0], answer.predictions), 1e-6);
+  expect_keras_state(archived->optimizer(), "Keras' .keras");
+
+  // Ours, written and read back.
+  std::string weights = ::testing::TempDir() + "keras_files_test_loss_scaled.weights.h5";
+  std::string archive = ::testing::TempDir() + "keras_files_test_loss_scaled.keras";
+  model->save_weights(weights);
+  model->save(archive);
+  std::shared_ptr<Model> again = testing::make_keras_file_model("mlp");
+  again->compile(optimizers::LossScaleOptimizer<optimizers::Adam>(optimizers::Adam(0.01), 1024.0, 3), "mse");
+  again->load_weights(weights);
+  expect_keras_state(again->optimizer(), "our .weights.h5");
+  std::shared_ptr<Model> reloaded = load_model(archive);
+  expect_keras_state(reloaded->optimizer(), "our .keras");
+  EXPECT_EQ(reloaded->optimizer().loss_scale_growth_steps(), 3);
+  // Into an Adam without loss scaling, the optimizer's part does not fit (Keras skips it too,
+  // with a warning); the weights load.
+  std::shared_ptr<Model> plain = testing::make_keras_file_model("mlp");
+  plain->compile(optimizers::Adam(0.01), "mse");
+  plain->load_weights(weights);
+  EXPECT_EQ(plain->optimizer().iterations(), 0);
+  EXPECT_LE(largest_difference(predict(*plain, answer.inputs)[0], answer.predictions), 1e-6);
+  std::remove(weights.c_str());
+  std::remove(archive.c_str());
+}
+
 INSTANTIATE_TEST_SUITE_P(KerasModels, KerasFilesTest, ::testing::ValuesIn(testing::kKerasFileModels),
                          [](const auto& parameter) { return parameter.param; });
 

@@ -283,6 +283,31 @@ TEST_F(HostileWeightsFile, DamagedFilesAreTypedErrors) {
   }
 }
 
+// LossScaleOptimizer's dynamic_scale (optimizer/vars/3) must be a scale: a file that gives 0,
+// a negative or a non-finite one is refused before anything changes.
+TEST_F(HostileWeightsFile, ALossScaleThatIsNoScaleIsRefused) {
+  auto loss_scaled = [] {
+    auto model = std::make_shared<Sequential>(std::vector<AnyLayer>{layers::Dense(2)});
+    model->compile(optimizers::LossScaleOptimizer<optimizers::SGD>(optimizers::SGD(0.1), 64.0, 5), "mse");
+    (*model)(testing::random_tensor({1, 3}, 1, float32));
+    return model;
+  };
+  std::string path = file("loss_scaled.weights.h5");
+  loss_scaled()->save_weights(path);
+  for (float scale : {0.0f, -2.0f, INFINITY, NAN}) {
+    hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(id, 0);
+    hid_t dataset = H5Dopen2(id, "optimizer/vars/3", H5P_DEFAULT);
+    ASSERT_GE(dataset, 0);
+    H5Dwrite(dataset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, &scale);
+    H5Dclose(dataset);
+    H5Fclose(id);
+    auto model = loss_scaled();
+    expect_throw_with<FileFormatError>([&] { model->load_weights(path); }, "gives the loss scale (dynamic_scale)");
+    EXPECT_EQ(model->optimizer().loss_scale(), 64.0) << scale;
+  }
+}
+
 TEST_F(HostileWeightsFile, LyingShapesAndTypesAreRefusedBeforeReading) {
   Sequential model = target();
   Tensor before = model(Tensor::ones({1, 3}));

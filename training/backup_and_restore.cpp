@@ -170,6 +170,9 @@ struct Backup {
   std::int64_t iterations = 0;
   std::int64_t calls = -1;  // the optimizer's calls (-1: a backup from before they were saved)
   bool drop_sums = false;   // saved under other gradient_accumulation_steps: the sums are not restored
+  // LossScaleOptimizer's scale and its finite steps in a row (when the optimizer scales).
+  std::optional<double> loss_scale;
+  std::int64_t loss_scale_steps = 0;
   std::uint64_t seed_state = 0;
 };
 
@@ -196,6 +199,23 @@ Backup read_backup(Model& model, const std::string& path) {
     throw ValueError(str("BackupAndRestore: '", path, "' was saved with optimizer ",
                          metadata.text("optimizer"), ", but model '", model.name(),
                          "' is compiled with ", optimizer.name()));
+  }
+  // A loss-scaled run resumes with the scale it had reached, or the first steps after resuming
+  // would overflow (or underflow) again on their way to it.
+  const bool saved_scaling = raw_metadata.count("loss_scale") > 0;
+  if (saved_scaling != optimizer.scales_loss()) {
+    throw ValueError(str("BackupAndRestore: '", path, "' was saved ", saved_scaling ? "with" : "without",
+                         " loss scaling (LossScaleOptimizer), but model '", model.name(), "''s optimizer ",
+                         optimizer.name(), optimizer.scales_loss() ? " scales its loss" : " does not scale its loss"));
+  }
+  if (saved_scaling) {
+    backup.loss_scale = metadata.number(metadata.text("loss_scale"), "loss_scale");
+    backup.loss_scale_steps = metadata.integer("loss_scale_steps");
+    if (!std::isfinite(*backup.loss_scale) || *backup.loss_scale <= 0 || backup.loss_scale_steps < 0) {
+      throw FileFormatError(str("BackupAndRestore: '", path, "' has loss_scale=", *backup.loss_scale,
+                                " and loss_scale_steps=", backup.loss_scale_steps,
+                                "; expected a finite scale > 0 and a count >= 0"));
+    }
   }
   std::vector<Variable*> variables = model.variables();
   std::size_t expected_tensors = variables.size();
@@ -323,6 +343,7 @@ void apply_backup(Model& model, Backup& backup) {
   }
   optimizer.set_iterations(backup.iterations);
   if (backup.calls >= 0) optimizer.set_calls(backup.calls);
+  if (backup.loss_scale) optimizer.set_loss_scale_state(*backup.loss_scale, backup.loss_scale_steps);
   // A schedule sets the rate from the restored step count itself.
   if (!optimizer.learning_rate_schedule()) optimizer.set_learning_rate(backup.learning_rate);
   for (auto& [layer, counters] : backup.counters) layer->set_random_counters(counters);
@@ -432,6 +453,10 @@ void BackupAndRestore::save(Model& model) {
       {"learning_rate", exact(optimizer.learning_rate())},
       {"random_seed_state", std::to_string(random_seed_state())},
   };
+  if (optimizer.scales_loss()) {
+    metadata["loss_scale"] = exact(optimizer.loss_scale());
+    metadata["loss_scale_steps"] = std::to_string(optimizer.finite_steps_in_a_row());
+  }
   std::vector<std::pair<std::string, Tensor>> tensors;
   {
     NoGradGuard no_grad;

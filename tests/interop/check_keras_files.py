@@ -56,7 +56,45 @@ def keras_side(directory):
         failed += 0 if ok else 1
         print(f"{name}: .weights.h5 {weights_error:.2e}, .keras {archive_error:.2e}, Adam iterations "
               f"{iterations} (from the archive {archive_iterations}), after one more step {step_error:.2e} {'ok' if ok else 'FAILED'} (Keras {keras.__version__})")
+    failed += 0 if loss_scaled_side(directory) else 1
     sys.exit(1 if failed else 0)
+
+
+def loss_scaled_side(directory):
+    """mlp_loss_scaled.*: our LossScaleOptimizer(Adam(0.01), initial_scale=1024,
+    dynamic_growth_steps=3) after 4 finite steps holds dynamic_scale 2048 and step_counter 1,
+    in Keras' variables, from the weights file and from the archive (whose compile_config
+    names LossScaleOptimizer around Adam); one more step lands where ours did."""
+    import h5py
+    import keras
+    import numpy as np
+    with h5py.File(os.path.join(directory, "mlp_loss_scaled.io.h5")) as io:
+        x = [np.asarray(io["x0"])]
+        targets = np.asarray(io["targets"])
+        ours = np.asarray(io["y"])
+        ours_after_step = np.asarray(io["y_after_step"])
+    model = keras_file_models.build("mlp")
+    model.compile(optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(0.01), initial_scale=1024.0,
+                                                                dynamic_growth_steps=3), loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    model.load_weights(os.path.join(directory, "mlp_loss_scaled.weights.h5"))
+    weights_error = float(np.max(np.abs(model.predict(x, verbose=0) - ours)))
+    state = (float(model.optimizer.dynamic_scale.numpy()), int(model.optimizer.step_counter.numpy()),
+             int(model.optimizer.iterations.numpy()))
+    loaded = keras.saving.load_model(os.path.join(directory, "mlp_loss_scaled.keras"))
+    archive_error = float(np.max(np.abs(loaded.predict(x, verbose=0) - ours)))
+    archive_optimizer = loaded.optimizer
+    archive_state = (type(archive_optimizer).__name__, archive_optimizer.initial_scale,
+                     archive_optimizer.dynamic_growth_steps, float(archive_optimizer.dynamic_scale.numpy()),
+                     int(archive_optimizer.step_counter.numpy()), int(archive_optimizer.iterations.numpy()))
+    model.fit(x, targets, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    step_error = float(np.max(np.abs(model.predict(x, verbose=0) - ours_after_step)))
+    ok = (max(weights_error, archive_error) <= TOLERANCE and step_error <= STEP_TOLERANCE and state == (2048.0, 1, 4)
+          and archive_state == ("LossScaleOptimizer", 1024.0, 3, 2048.0, 1, 4))
+    print(f"mlp_loss_scaled: .weights.h5 {weights_error:.2e}, .keras {archive_error:.2e}, (dynamic_scale, "
+          f"step_counter, iterations) {state}, from the archive {archive_state}, after one more step "
+          f"{step_error:.2e} {'ok' if ok else 'FAILED'}")
+    return ok
 
 
 def main():

@@ -2,7 +2,8 @@
 // for two steps of Adam here and writes, into the directory given, NAME.weights.h5
 // (save_weights), NAME.keras (save) and NAME.io.h5 with its inputs (x0, x1, ...), targets, our
 // predictions (y) and our predictions after one more step of Adam (y_after_step), for Python
-// Keras to load, predict and take that step from.
+// Keras to load, predict and take that step from; and the MLP under LossScaleOptimizer as
+// mlp_loss_scaled.*.
 #include <cstdio>
 #include <exception>
 
@@ -25,28 +26,39 @@ std::vector<Tensor> inputs_of(const std::string& name) {
   return {normal({4, 5, 8}, 5)};
 }
 
-void write(const std::string& directory, const std::string& name) {
+// `loss_scaled`: the MLP under Keras' LossScaleOptimizer(Adam(0.01), initial_scale=1024,
+// dynamic_growth_steps=3), trained 4 steps (so the scale has doubled once and one finite step
+// counts toward the next), written as NAME_loss_scaled.*.
+void write(const std::string& directory, const std::string& name, bool loss_scaled = false) {
   set_random_seed(77);
   std::shared_ptr<Model> model = testing::make_keras_file_model(name);
-  model->compile(optimizers::Adam(0.01), "mse");
+  std::shared_ptr<optimizers::Optimizer> optimizer;
+  if (loss_scaled) {
+    optimizer = std::make_shared<optimizers::LossScaleOptimizer<optimizers::Adam>>(optimizers::Adam(0.01), 1024.0, 3);
+  } else {
+    optimizer = std::make_shared<optimizers::Adam>(0.01);
+  }
+  model->compile(optimizer, "mse");
   std::vector<Tensor> x = inputs_of(name);
   Tensor first = x.size() == 1 ? (*model)(x[0]) : (*model)(x)[0];
   Tensor targets = normal(first.shape(), 9);
   FitOptions options;
   options.batch_size = 2;
-  options.epochs = 1;
+  options.epochs = loss_scaled ? 2 : 1;
   options.shuffle = false;
   options.verbose = 0;
   model->fit(x, {targets}, options);
   Tensor predictions = x.size() == 1 ? (*model)(x[0]) : (*model)(x)[0];
-  model->save_weights(directory + "/" + name + ".weights.h5");
-  model->save(directory + "/" + name + ".keras");
+  const std::string stem = directory + "/" + name + (loss_scaled ? "_loss_scaled" : "");
+  model->save_weights(stem + ".weights.h5");
+  model->save(stem + ".keras");
+  options.epochs = 1;
   // One more step (the whole batch), which Keras takes from the loaded file too: equal
   // predictions after it need Adam's state in Keras' order.
   options.batch_size = 4;
   model->fit(x, {targets}, options);
   Tensor after_step = x.size() == 1 ? (*model)(x[0]) : (*model)(x)[0];
-  io::hdf5::File file = io::hdf5::File::create(directory + "/" + name + ".io.h5");
+  io::hdf5::File file = io::hdf5::File::create(stem + ".io.h5");
   {
     io::hdf5::Group root = file.root();
     for (std::size_t i = 0; i < x.size(); ++i) root.write_dataset(str("x", i), x[i]);
@@ -66,6 +78,7 @@ int main(int argc, char** argv) {
   }
   try {
     for (const std::string& name : keras::testing::kKerasFileModels) write(argv[1], name);
+    write(argv[1], "mlp", /*loss_scaled=*/true);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "keras_files_tool: %s\n", error.what());
     return 1;

@@ -2,11 +2,12 @@
 steps with Adam in Keras 3 on JAX (so BatchNormalization's moving statistics and the optimizer's
 state are not their initial values), the files Keras saves — NAME.weights.h5 (save_weights) and
 NAME.keras (save) — and NAME.io.h5 with the inputs (x0, x1, ...), Keras' predictions (y) and the
-optimizer's iterations (0 for the convnet, whose optimizer is made afresh before saving).
+optimizer's iterations (0 for the convnet, whose optimizer is made afresh before saving); and
+mlp_loss_scaled.*, the MLP under LossScaleOptimizer (its dynamic_scale and step_counter).
 tests/keras_files_test.cpp loads them with no Python. Run it in the Keras + JAX virtual
-environment after changing a model:
+environment after changing a model (names given: only those files are written again):
 
-    KERAS_BACKEND=jax $VENV/bin/python tests/interop/make_keras_files.py
+    KERAS_BACKEND=jax $VENV/bin/python tests/interop/make_keras_files.py [NAME ...]
 """
 import os
 import sys
@@ -22,9 +23,38 @@ import keras_file_models  # noqa: E402
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference", "keras_files")
 
 
+def loss_scaled():
+    """mlp_loss_scaled.*: the MLP under LossScaleOptimizer(Adam(0.01), initial_scale=1024,
+    dynamic_growth_steps=3) after 4 finite steps: dynamic_scale 2048, step_counter 1."""
+    keras.utils.set_random_seed(1100)
+    model = keras_file_models.build("mlp")
+    model.compile(optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(0.01), initial_scale=1024.0,
+                                                                dynamic_growth_steps=3), loss="mse")
+    x = keras_file_models.inputs("mlp")
+    model.fit(x, keras_file_models.targets("mlp"), batch_size=2, epochs=2, verbose=0)
+    y = model.predict(x, verbose=0)
+    model.save_weights(os.path.join(OUT, "mlp_loss_scaled.weights.h5"))
+    model.save(os.path.join(OUT, "mlp_loss_scaled.keras"))
+    with h5py.File(os.path.join(OUT, "mlp_loss_scaled.io.h5"), "w") as io:
+        io["x0"] = x[0]
+        io["y"] = y
+        io.attrs["keras_version"] = keras.__version__
+        io.attrs["iterations"] = int(model.optimizer.iterations.numpy())
+        io.attrs["dynamic_scale"] = float(model.optimizer.dynamic_scale.numpy())
+        io.attrs["step_counter"] = int(model.optimizer.step_counter.numpy())
+    print(f"mlp_loss_scaled: dynamic_scale {float(model.optimizer.dynamic_scale.numpy())}, step_counter "
+          f"{int(model.optimizer.step_counter.numpy())}, iterations {int(model.optimizer.iterations.numpy())}")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
+    # Names given: only those (so that the other files stay as committed).
+    wanted = sys.argv[1:] or keras_file_models.NAMES + ["mlp_loss_scaled"]
+    if "mlp_loss_scaled" in wanted:
+        loss_scaled()
     for index, name in enumerate(keras_file_models.NAMES):
+        if name not in wanted:
+            continue
         keras.utils.set_random_seed(1000 + index)
         model = keras_file_models.build(name)
         model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
