@@ -1,10 +1,12 @@
 // How every backend computes on bfloat16 and float16 tensors: a kernel that only moves or
-// converts elements (fill, cast, transpose, slices, take, one_hot, where) takes them natively;
-// any other kernel sees float32 copies of its half-precision arguments and writes float32
-// results that are rounded back once into the half-precision outputs. This is XLA's rule for
-// 16-bit ops its CPU and GPU backends have no native kernel for (its float-normalization pass),
-// and what keeps sums and matmul accumulations in float32. A backend that has a native 16-bit
-// kernel (oneDNN's bf16 matmul on AMX, cuBLAS' bf16 GEMM) takes the call before this does.
+// converts elements (engine/kernel_list.h lists them: fill, cast, transpose, slices, take,
+// one_hot, where) takes them natively; any other kernel sees float32 copies of its
+// half-precision arguments and writes float32 results that are rounded back once into the
+// half-precision outputs. This is XLA's rule for 16-bit ops its CPU and GPU backends have no
+// native kernel for (its float-normalization pass), and what keeps sums and matmul
+// accumulations in float32. A backend's own fused 16-bit kernels are listed beside it
+// (is_native_on_cpu); no backend has a 16-bit GEMM yet (oneDNN's bf16 matmul where the CPU has
+// AMX or AVX512-BF16, cuBLAS' bf16 GEMM), so matmul and convolution convert around float32.
 //
 // The CPU backend (engine/cpu/cpu_backend.cpp) and the GPU kernel backend
 // (engine/cuda/kernel_backend.h) wrap each kernel with `call_in_float32`; the conversions run
@@ -19,24 +21,26 @@
 
 namespace keras::float32_compute {
 
+// Every name engine/kernel_list.h's property lists give is a kernel of the list.
+#define KERAS_CHECK_IS_KERNEL(name) static_assert(sizeof(&Backend::name) > 0, #name " is not a kernel");
+KERAS_KERNELS_THAT_ONLY_MOVE_ELEMENTS(KERAS_CHECK_IS_KERNEL)
+KERAS_KERNELS_THAT_READ_THEIR_OUTPUTS(KERAS_CHECK_IS_KERNEL)
+#undef KERAS_CHECK_IS_KERNEL
+
+#define KERAS_NAME_IS(name) kernel == #name ||
 // The kernels that take half-precision tensors as they are, on every backend.
-inline bool is_native(std::string_view kernel) {
-  return kernel == "fill" || kernel == "cast" || kernel == "transpose" ||
-         kernel == "copy_slice" || kernel == "write_slice" || kernel == "check_indices" ||
-         kernel == "take" || kernel == "one_hot" || kernel == "where";
-}
+inline bool is_native(std::string_view kernel) { return KERAS_KERNELS_THAT_ONLY_MOVE_ELEMENTS(KERAS_NAME_IS) false; }
+
+// The kernels whose non-const tensors are read as well as written (optimizer slots): their
+// float32 stand-ins start from the current values. Every other output is only written.
+inline bool reads_outputs(std::string_view kernel) { return KERAS_KERNELS_THAT_READ_THEIR_OUTPUTS(KERAS_NAME_IS) false; }
+#undef KERAS_NAME_IS
 
 // The CPU's own: its element-wise and softmax kernels fuse the conversions into their loops
 // (engine/cpu/elementwise.cpp, softmax.cpp).
 inline bool is_native_on_cpu(std::string_view kernel) {
   return is_native(kernel) || kernel == "unary" || kernel == "unary_gradient" || kernel == "binary" ||
          kernel == "softmax" || kernel == "softmax_gradient";
-}
-
-// The kernels whose non-const tensors are read as well as written (optimizer slots): their
-// float32 copies start from the current values. Every other output is only written.
-inline bool reads_outputs(std::string_view kernel) {
-  return kernel.size() > 7 && kernel.substr(kernel.size() - 7) == "_update";
 }
 
 inline bool is_half_tensor(const Tensor& tensor) {

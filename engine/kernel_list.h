@@ -99,3 +99,15 @@
     (PoolOp op, const Tensor& input, const Tensor& output_gradient,                             \
      const WindowGeometry& geometry, Tensor& input_gradient),                                   \
     (op, input, output_gradient, geometry, input_gradient))
+
+// What engine/float32_compute.h must know of a kernel to run it on bfloat16 and float16,
+// declared here beside the kernels so that a new kernel states it where it is added (each name
+// is checked to be a kernel of the list above when float32_compute.h compiles).
+// The kernels that only move or convert elements: every backend runs them on 16-bit tensors as
+// they are.
+#define KERAS_KERNELS_THAT_ONLY_MOVE_ELEMENTS(X) \
+  X(fill) X(cast) X(transpose) X(copy_slice) X(write_slice) X(check_indices) X(take) X(one_hot) X(where)
+// The kernels whose non-const tensors are read as well as written (the optimizer updates: the
+// variable and its slots), so their float32 stand-ins start from the current values; every
+// other kernel's outputs are only written.
+#define KERAS_KERNELS_THAT_READ_THEIR_OUTPUTS(X) X(sgd_update) X(adam_update) X(rmsprop_update) X(adagrad_update)

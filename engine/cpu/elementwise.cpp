@@ -71,47 +71,48 @@ void map_contiguous(const In* x, Out* out, std::int64_t count, Fn fn) {
 // transformer step the conversions took 12.5% of the time; see half_conversion.h).
 constexpr std::int64_t kHalfChunk = 1024;
 
-template <typename Half, typename Fn>
-void map_half(const Half* x, Half* out, std::int64_t count, Fn fn) {
+// The chunk loop every fused 16-bit kernel shares: each of `inputs` widened a chunk at a time,
+// compute(widened, result, start, n) on float32 (widened[i] is inputs[i]'s chunk, `start` the
+// chunk's first element), the result narrowed into `out`.
+template <typename Half, typename Compute, typename... Inputs>
+void in_float32_chunks(Half* out, std::int64_t count, Compute compute, const Inputs*... inputs) {
   parallel_for(count, kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
-    alignas(32) float in[kHalfChunk], result[kHalfChunk];
+    alignas(32) float widened[sizeof...(Inputs)][kHalfChunk];
+    alignas(32) float result[kHalfChunk];
     for (std::int64_t start = begin; start < end; start += kHalfChunk) {
       std::int64_t n = std::min(kHalfChunk, end - start);
-      widen(x + start, in, n);
-      map_range(in, result, 0, n, fn);
+      std::size_t input = 0;
+      (widen(inputs + start, widened[input++], n), ...);
+      compute(widened, result, start, n);
       narrow(result, out + start, n);
     }
   });
+}
+
+template <typename Half, typename Fn>
+void map_half(const Half* x, Half* out, std::int64_t count, Fn fn) {
+  in_float32_chunks(
+      out, count, [&](auto& in, float* result, std::int64_t, std::int64_t n) { map_range(in[0], result, 0, n, fn); },
+      x);
 }
 
 template <typename Half, typename Fn>
 void gradient_half(const Half* x, const Half* gradient, Half* out, std::int64_t count, Fn derivative) {
-  parallel_for(count, kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
-    alignas(32) float in[kHalfChunk], incoming[kHalfChunk], result[kHalfChunk];
-    for (std::int64_t start = begin; start < end; start += kHalfChunk) {
-      std::int64_t n = std::min(kHalfChunk, end - start);
-      widen(x + start, in, n);
-      widen(gradient + start, incoming, n);
-      gradient_range(in, incoming, result, 0, n, derivative);
-      narrow(result, out + start, n);
-    }
-  });
+  in_float32_chunks(
+      out, count,
+      [&](auto& in, float* result, std::int64_t, std::int64_t n) { gradient_range(in[0], in[1], result, 0, n, derivative); },
+      x, gradient);
 }
 
 template <typename Half, typename Fn>
 void zip_half(const Half* a, const Half* b, Half* out, std::int64_t count, Fn fn) {
-  parallel_for(count, kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
-    alignas(32) float left[kHalfChunk], right[kHalfChunk], result[kHalfChunk];
-    for (std::int64_t start = begin; start < end; start += kHalfChunk) {
-      std::int64_t n = std::min(kHalfChunk, end - start);
-      widen(a + start, left, n);
-      widen(b + start, right, n);
-      for (std::int64_t i = 0; i < n; ++i) result[i] = fn(left[i], right[i]);
-      narrow(result, out + start, n);
-    }
-  });
+  in_float32_chunks(
+      out, count,
+      [&](auto& in, float* result, std::int64_t, std::int64_t n) {
+        for (std::int64_t i = 0; i < n; ++i) result[i] = fn(in[0][i], in[1][i]);
+      },
+      a, b);
 }
-
 
 // Broadcasting of the common kind: `b` repeats along the leading axes of `a` (a bias over the
 // last axis, a scalar), given widened whole (it is small); `a` goes through in chunks. `b_first`:
@@ -119,19 +120,16 @@ void zip_half(const Half* a, const Half* b, Half* out, std::int64_t count, Fn fn
 template <typename Half, typename Fn>
 void zip_half_repeating(const Half* a, const float* b, std::int64_t period, Half* out, std::int64_t count,
                         bool b_first, Fn fn) {
-  parallel_for(count, kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
-    alignas(32) float left[kHalfChunk], result[kHalfChunk];
-    for (std::int64_t start = begin; start < end; start += kHalfChunk) {
-      std::int64_t n = std::min(kHalfChunk, end - start);
-      widen(a + start, left, n);
-      std::int64_t at = start % period;
-      for (std::int64_t i = 0; i < n; ++i) {
-        result[i] = b_first ? fn(b[at], left[i]) : fn(left[i], b[at]);
-        if (++at == period) at = 0;
-      }
-      narrow(result, out + start, n);
-    }
-  });
+  in_float32_chunks(
+      out, count,
+      [&](auto& in, float* result, std::int64_t start, std::int64_t n) {
+        std::int64_t at = start % period;
+        for (std::int64_t i = 0; i < n; ++i) {
+          result[i] = b_first ? fn(b[at], in[0][i]) : fn(in[0][i], b[at]);
+          if (++at == period) at = 0;
+        }
+      },
+      a);
 }
 
 // Whether `small` (its leading 1s dropped) is the trailing axes of `shape`: it repeats along
