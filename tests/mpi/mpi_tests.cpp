@@ -3,6 +3,7 @@
 // never joins), and the data-parallel invariant — training on P processes gives the weights of
 // training on one process with the same global batch and seed.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <thread>
@@ -30,6 +31,15 @@ TEST(MpiRuntime, DevicesAndProcesses) {
   ASSERT_EQ(static_cast<int>(devices.size()), size());
   EXPECT_EQ(devices.back(), "cpu:" + std::to_string(size() - 1));
   expect_throw_with<ValueError>([] { kd::initialize(); }, "already called");
+}
+
+// A peer that vanishes mid-write must not end this process silently by SIGPIPE (Gloo writes
+// with writev): a job ignores it, so the collective fails and names the peer.
+TEST(MpiRuntime, ABrokenPipeDoesNotEndTheProcess) {
+  ASSERT_GT(size(), 1);
+  struct sigaction current {};
+  ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &current), 0);
+  EXPECT_EQ(current.sa_handler, SIG_IGN);
 }
 
 // Both processes run on this machine: local ranks 0 and 1 of 2, so they would take gpu:0 and
