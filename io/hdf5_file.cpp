@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "engine/errors.h"
+#include "engine/ops.h"
 
 namespace keras::io::hdf5 {
 namespace {
@@ -46,14 +47,36 @@ Handle checked(hid_t id, const std::string& what) {
   return Handle(id);
 }
 
+// The 16-bit types as h5py writes them: float16 is an IEEE half (sign bit 15, exponent bits
+// 10-14 biased by 15, mantissa bits 0-9); bfloat16, which HDF5 and numpy lack, is a 2-byte
+// opaque type whose dataset carries the attribute dtype="bfloat16" (Keras' saving_lib). Made
+// once; the library frees them when it closes.
+hid_t half_float_type() {
+  static const hid_t type = [] {
+    hid_t made = H5Tcopy(H5T_IEEE_F32LE);
+    H5Tset_fields(made, 15, 10, 5, 0, 10);
+    H5Tset_size(made, 2);
+    H5Tset_ebias(made, 15);
+    return made;
+  }();
+  return type;
+}
+
+hid_t bfloat16_opaque_type() {
+  static const hid_t type = H5Tcreate(H5T_OPAQUE, 2);
+  return type;
+}
+
 hid_t memory_type_of(DType dtype) {
   switch (dtype) {
     case float32: return H5T_NATIVE_FLOAT;
     case float64: return H5T_NATIVE_DOUBLE;
     case int32: return H5T_NATIVE_INT32;
     case int64: return H5T_NATIVE_INT64;
+    case float16: return half_float_type();
+    case bfloat16: return bfloat16_opaque_type();
     default:
-      throw DTypeError(str("HDF5 datasets hold float32, float64, int32 or int64 here, got ",
+      throw DTypeError(str("HDF5 datasets hold float32, float64, float16, bfloat16, int32 or int64 here, got ",
                            dtype_name(dtype)));
   }
 }
@@ -64,8 +87,48 @@ hid_t file_type_of(DType dtype) {
     case float64: return H5T_IEEE_F64LE;
     case int32: return H5T_STD_I32LE;
     case int64: return H5T_STD_I64LE;
-    default: return memory_type_of(dtype);  // throws
+    default: return memory_type_of(dtype);  // the 16-bit types, or throws
   }
+}
+
+// A string attribute of any object (group or dataset), as h5py writes one.
+void write_string_attribute(hid_t object, const std::string& name, const std::string& value, const std::string& where) {
+  Handle type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Handle space(H5Screate(H5S_SCALAR));
+  Handle attribute(H5Acreate2(object, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  const char* text = value.c_str();
+  if (!attribute.valid() || H5Awrite(attribute.get(), type.get(), &text) < 0) {
+    throw Error(str(where, ": its attribute '", name, "' cannot be written"));
+  }
+}
+
+std::optional<std::string> read_string_attribute(hid_t object, const std::string& name) {
+  if (H5Aexists(object, name.c_str()) <= 0) return std::nullopt;
+  Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT));
+  Handle type(H5Aget_type(attribute.get()));
+  Handle space(H5Aget_space(attribute.get()));
+  if (!attribute.valid() || !type.valid() || H5Tget_class(type.get()) != H5T_STRING ||
+      H5Sget_simple_extent_npoints(space.get()) != 1) {
+    return std::nullopt;
+  }
+  if (H5Tis_variable_str(type.get()) > 0) {
+    Handle memory(H5Tcopy(H5T_C_S1));
+    H5Tset_size(memory.get(), H5T_VARIABLE);
+    H5Tset_cset(memory.get(), H5Tget_cset(type.get()));
+    char* text = nullptr;
+    if (H5Aread(attribute.get(), memory.get(), &text) < 0 || text == nullptr) return std::nullopt;
+    std::string value(text);
+    H5free_memory(text);
+    return value;
+  }
+  std::size_t size = H5Tget_size(type.get());
+  if (size == 0 || size > (1u << 20)) return std::nullopt;
+  std::string value(size, '\0');
+  if (H5Aread(attribute.get(), type.get(), value.data()) < 0) return std::nullopt;
+  value.resize(value.find('\0') == std::string::npos ? size : value.find('\0'));
+  return value;
 }
 
 }  // namespace
@@ -160,43 +223,11 @@ Group Group::create_group(const std::string& name) {
 }
 
 void Group::set_string_attribute(const std::string& name, const std::string& value) {
-  Handle type(H5Tcopy(H5T_C_S1));
-  H5Tset_size(type.get(), H5T_VARIABLE);
-  H5Tset_cset(type.get(), H5T_CSET_UTF8);
-  Handle space(H5Screate(H5S_SCALAR));
-  Handle attribute(H5Acreate2(handle_.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT,
-                              H5P_DEFAULT));
-  const char* text = value.c_str();
-  if (!attribute.valid() || H5Awrite(attribute.get(), type.get(), &text) < 0) {
-    throw Error(str(describe(""), ": its attribute '", name, "' cannot be written"));
-  }
+  write_string_attribute(handle_.get(), name, value, describe(""));
 }
 
 std::optional<std::string> Group::string_attribute(const std::string& name) const {
-  if (H5Aexists(handle_.get(), name.c_str()) <= 0) return std::nullopt;
-  Handle attribute(H5Aopen(handle_.get(), name.c_str(), H5P_DEFAULT));
-  Handle type(H5Aget_type(attribute.get()));
-  Handle space(H5Aget_space(attribute.get()));
-  if (!attribute.valid() || !type.valid() || H5Tget_class(type.get()) != H5T_STRING ||
-      H5Sget_simple_extent_npoints(space.get()) != 1) {
-    return std::nullopt;
-  }
-  if (H5Tis_variable_str(type.get()) > 0) {
-    Handle memory(H5Tcopy(H5T_C_S1));
-    H5Tset_size(memory.get(), H5T_VARIABLE);
-    H5Tset_cset(memory.get(), H5Tget_cset(type.get()));
-    char* text = nullptr;
-    if (H5Aread(attribute.get(), memory.get(), &text) < 0 || text == nullptr) return std::nullopt;
-    std::string value(text);
-    H5free_memory(text);
-    return value;
-  }
-  std::size_t size = H5Tget_size(type.get());
-  if (size == 0 || size > (1u << 20)) return std::nullopt;
-  std::string value(size, '\0');
-  if (H5Aread(attribute.get(), type.get(), value.data()) < 0) return std::nullopt;
-  value.resize(value.find('\0') == std::string::npos ? size : value.find('\0'));
-  return value;
+  return read_string_attribute(handle_.get(), name);
 }
 
 void Group::write_dataset(const std::string& name, const Tensor& tensor) {
@@ -211,6 +242,7 @@ void Group::write_dataset(const std::string& name, const Tensor& tensor) {
                                    H5P_DEFAULT, host.raw_data()) < 0) {
     throw Error(str(describe(name), ": the dataset cannot be written"));
   }
+  if (host.dtype() == bfloat16) write_string_attribute(dataset.get(), "dtype", "bfloat16", describe(name));
 }
 
 DatasetInfo Group::dataset_info(const std::string& name) const {
@@ -221,10 +253,13 @@ DatasetInfo Group::dataset_info(const std::string& name) const {
   Handle space = checked(H5Dget_space(dataset.get()), str(describe(name), " has no readable shape"));
   DatasetInfo info;
   H5T_class_t element_class = H5Tget_class(type.get());
-  if (element_class != H5T_FLOAT && element_class != H5T_INTEGER) {
-    throw FileFormatError(str(describe(name), " holds neither floats nor integers"));
+  info.bfloat16 = element_class == H5T_OPAQUE && H5Tget_size(type.get()) == 2 &&
+                  read_string_attribute(dataset.get(), "dtype") == std::optional<std::string>("bfloat16");
+  if (element_class != H5T_FLOAT && element_class != H5T_INTEGER && !info.bfloat16) {
+    throw FileFormatError(str(describe(name), " holds neither floats nor integers (nor Keras' bfloat16)"));
   }
-  info.floating = element_class == H5T_FLOAT;
+  info.floating = element_class == H5T_FLOAT || info.bfloat16;
+  info.element_bytes = H5Tget_size(type.get());
   int rank = H5Sget_simple_extent_ndims(space.get());
   if (rank < 0 || rank > kMaxRank) {
     throw FileFormatError(str(describe(name), " has rank ", rank, "; expected 0 to ", kMaxRank));
@@ -292,6 +327,16 @@ Tensor Group::read_dataset(const std::string& name, DType dtype, const Shape& st
                            shape_to_string(info.shape)));
     }
   }
+  // 16-bit data and tensors: Keras' bfloat16 datasets are read as they are stored and converted
+  // here (HDF5 converts no opaque type); a 16-bit tensor from any other dataset but a float16
+  // one is read as float32 and rounded here (once, to nearest even), not by HDF5's conversion.
+  if (info.bfloat16 && dtype != bfloat16) {
+    return ops::cast(read_dataset(name, bfloat16, starts, sizes), dtype);
+  }
+  const bool stored_float16 = info.floating && !info.bfloat16 && info.element_bytes == 2;
+  if ((dtype == bfloat16 && !info.bfloat16) || (dtype == float16 && !stored_float16)) {
+    return ops::cast(read_dataset(name, float32, starts, sizes), dtype);
+  }
   Tensor result = Tensor::empty(block, dtype);
   if (result.size() == 0) return result;
   Handle dataset = checked(H5Dopen2(handle_.get(), name.c_str(), H5P_DEFAULT),
@@ -313,8 +358,12 @@ Tensor Group::read_dataset(const std::string& name, DType dtype, const Shape& st
   } else {
     memory_space = Handle(H5Screate(H5S_SCALAR));
   }
-  if (H5Dread(dataset.get(), memory_type_of(dtype), memory_space.get(), file_space.get(),
-              H5P_DEFAULT, result.raw_data()) < 0) {
+  // Opaque elements are read as the file's own type (HDF5 converts opaque types only between
+  // equal tags), which for Keras' bfloat16 is the raw 16 bits.
+  Handle stored_type;
+  if (info.bfloat16) stored_type = checked(H5Dget_type(dataset.get()), str(describe(name), " has no readable type"));
+  if (H5Dread(dataset.get(), info.bfloat16 ? stored_type.get() : memory_type_of(dtype), memory_space.get(),
+              file_space.get(), H5P_DEFAULT, result.raw_data()) < 0) {
     throw FileFormatError(str(describe(name), " cannot be read (truncated or damaged file?)"));
   }
   return result;

@@ -41,7 +41,9 @@ class Handle {
 // What a dataset holds, before reading it.
 struct DatasetInfo {
   Shape shape;
-  bool floating = false;  // IEEE float of any width; else an integer (other classes are refused)
+  bool floating = false;  // IEEE float of any width, or bfloat16; else an integer (other classes are refused)
+  bool bfloat16 = false;  // Keras' bfloat16: 2-byte opaque elements, the dataset's attribute dtype="bfloat16"
+  std::size_t element_bytes = 0;
 };
 
 class Group {
@@ -67,13 +69,14 @@ class Group {
   void set_string_attribute(const std::string& name, const std::string& value);
   std::optional<std::string> string_attribute(const std::string& name) const;
 
-  // Writes `tensor` (float32, float64, int32 or int64; copied to the CPU) as a contiguous
-  // dataset of its shape, little-endian, as numpy arrays are written by h5py.
+  // Writes `tensor` (float32, float64, float16, bfloat16, int32 or int64; copied to the CPU) as
+  // a contiguous dataset of its shape, little-endian, as numpy arrays are written by h5py
+  // (bfloat16 as Keras writes it: opaque 2-byte elements and the attribute dtype="bfloat16").
   void write_dataset(const std::string& name, const Tensor& tensor);
   // Throws FileFormatError when there is no dataset `name` or its element class is neither
-  // float nor integer, or its rank is over 32.
+  // float nor integer (nor Keras' bfloat16), or its rank is over 32.
   DatasetInfo dataset_info(const std::string& name) const;
-  // The dataset converted to `dtype` (float32, float64 or int64); only the block at `starts`
+  // The dataset converted to `dtype` (any of write_dataset's); only the block at `starts`
   // of `sizes` when they are given (checked against the dataset's shape).
   Tensor read_dataset(const std::string& name, DType dtype, const Shape& starts = {},
                       const Shape& sizes = {}) const;

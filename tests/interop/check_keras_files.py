@@ -57,7 +57,31 @@ def keras_side(directory):
         print(f"{name}: .weights.h5 {weights_error:.2e}, .keras {archive_error:.2e}, Adam iterations "
               f"{iterations} (from the archive {archive_iterations}), after one more step {step_error:.2e} {'ok' if ok else 'FAILED'} (Keras {keras.__version__})")
     failed += 0 if loss_scaled_side(directory) else 1
+    failed += 0 if half_policy_side(directory) else 1
     sys.exit(1 if failed else 0)
+
+
+def half_policy_side(directory):
+    """dense_{bfloat16,float16}.weights.h5: our 16-bit variables load into Keras' Dense under
+    the same pure policy, bit for bit."""
+    import h5py
+    import keras
+    import numpy as np
+    ok = True
+    for policy in ("bfloat16", "float16"):
+        with h5py.File(os.path.join(directory, f"dense_{policy}.io.h5")) as io:
+            kernel, bias = np.asarray(io["kernel"]), np.asarray(io["bias"])
+        keras.config.set_dtype_policy(policy)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        model.load_weights(os.path.join(directory, f"dense_{policy}.weights.h5"))
+        keras.config.set_dtype_policy("float32")
+        layer = model.layers[0]
+        same = (layer.kernel.dtype == policy and
+                np.array_equal(keras.ops.convert_to_numpy(keras.ops.cast(layer.kernel, "float32")), kernel) and
+                np.array_equal(keras.ops.convert_to_numpy(keras.ops.cast(layer.bias, "float32")), bias))
+        ok = ok and same
+        print(f"dense_{policy}: Keras' {layer.kernel.dtype} Dense holds our values {'exactly ok' if same else 'NOT: FAILED'}")
+    return ok
 
 
 def loss_scaled_side(directory):

@@ -2,8 +2,8 @@
 // for two steps of Adam here and writes, into the directory given, NAME.weights.h5
 // (save_weights), NAME.keras (save) and NAME.io.h5 with its inputs (x0, x1, ...), targets, our
 // predictions (y) and our predictions after one more step of Adam (y_after_step), for Python
-// Keras to load, predict and take that step from; and the MLP under LossScaleOptimizer as
-// mlp_loss_scaled.*.
+// Keras to load, predict and take that step from; the MLP under LossScaleOptimizer as
+// mlp_loss_scaled.*; Dense layers with 16-bit variables as dense_{bfloat16,float16}.*.
 #include <cstdio>
 #include <exception>
 
@@ -69,6 +69,25 @@ void write(const std::string& directory, const std::string& name, bool loss_scal
   file.close();
 }
 
+// dense_<policy>.weights.h5: Dense(3) on 4 features under a pure 16-bit policy ("bfloat16"
+// or "float16": its variables are 16-bit), and dense_<policy>.io.h5 with its kernel and bias
+// as float32 (exact), for Keras to load the file and compare.
+void write_half_policy(const std::string& directory, const std::string& policy) {
+  set_random_seed(78);
+  mixed_precision::set_global_policy(policy);
+  Sequential model({layers::Dense(3, "", {.bias_initializer = initializers::get("random_normal")})});
+  model(Tensor::ones({1, 4}));
+  mixed_precision::set_global_policy("float32");
+  model.save_weights(directory + "/dense_" + policy + ".weights.h5");
+  io::hdf5::File file = io::hdf5::File::create(directory + "/dense_" + policy + ".io.h5");
+  {
+    io::hdf5::Group root = file.root();
+    root.write_dataset("kernel", ops::cast(model.trainable_weights()[0], float32));
+    root.write_dataset("bias", ops::cast(model.trainable_weights()[1], float32));
+  }
+  file.close();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,6 +98,8 @@ int main(int argc, char** argv) {
   try {
     for (const std::string& name : keras::testing::kKerasFileModels) write(argv[1], name);
     write(argv[1], "mlp", /*loss_scaled=*/true);
+    write_half_policy(argv[1], "bfloat16");
+    write_half_policy(argv[1], "float16");
   } catch (const std::exception& error) {
     std::fprintf(stderr, "keras_files_tool: %s\n", error.what());
     return 1;

@@ -3,7 +3,8 @@ steps with Adam in Keras 3 on JAX (so BatchNormalization's moving statistics and
 state are not their initial values), the files Keras saves — NAME.weights.h5 (save_weights) and
 NAME.keras (save) — and NAME.io.h5 with the inputs (x0, x1, ...), Keras' predictions (y) and the
 optimizer's iterations (0 for the convnet, whose optimizer is made afresh before saving); and
-mlp_loss_scaled.*, the MLP under LossScaleOptimizer (its dynamic_scale and step_counter).
+mlp_loss_scaled.*, the MLP under LossScaleOptimizer (its dynamic_scale and step_counter), and
+dense_{bfloat16,float16}.weights.h5 (16-bit variables; dense_half.io.h5 holds their values).
 tests/keras_files_test.cpp loads them with no Python. Run it in the Keras + JAX virtual
 environment after changing a model (names given: only those files are written again):
 
@@ -46,12 +47,32 @@ def loss_scaled():
           f"{int(model.optimizer.step_counter.numpy())}, iterations {int(model.optimizer.iterations.numpy())}")
 
 
+def half_policies():
+    """dense_bfloat16.weights.h5 and dense_float16.weights.h5: Dense(3) on 4 features under the
+    pure "bfloat16" and "float16" policies (16-bit variables: Keras stores bfloat16 as opaque
+    2-byte elements with the attribute dtype="bfloat16", float16 as IEEE halves), and
+    dense_half.io.h5 with each file's kernel and bias as float32 (exact)."""
+    with h5py.File(os.path.join(OUT, "dense_half.io.h5"), "w") as io:
+        for index, policy in enumerate(["bfloat16", "float16"]):
+            keras.utils.set_random_seed(1200 + index)
+            keras.config.set_dtype_policy(policy)
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, bias_initializer="random_normal")])
+            model.save_weights(os.path.join(OUT, f"dense_{policy}.weights.h5"))
+            io[f"{policy}_kernel"] = keras.ops.convert_to_numpy(keras.ops.cast(model.layers[0].kernel, "float32"))
+            io[f"{policy}_bias"] = keras.ops.convert_to_numpy(keras.ops.cast(model.layers[0].bias, "float32"))
+            keras.config.set_dtype_policy("float32")
+        io.attrs["keras_version"] = keras.__version__
+    print("dense_bfloat16, dense_float16: written")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     # Names given: only those (so that the other files stay as committed).
-    wanted = sys.argv[1:] or keras_file_models.NAMES + ["mlp_loss_scaled"]
+    wanted = sys.argv[1:] or keras_file_models.NAMES + ["mlp_loss_scaled", "dense_half"]
     if "mlp_loss_scaled" in wanted:
         loss_scaled()
+    if "dense_half" in wanted:
+        half_policies()
     for index, name in enumerate(keras_file_models.NAMES):
         if name not in wanted:
             continue
