@@ -283,6 +283,32 @@ TEST_F(HostileWeightsFile, DamagedFilesAreTypedErrors) {
   }
 }
 
+// Opaque elements are Keras' bfloat16 only when they are 2 bytes and the dataset says
+// dtype="bfloat16"; any other opaque data is refused, not read as numbers.
+TEST_F(HostileWeightsFile, OpaqueDataIsReadOnlyAsKerasBfloat16) {
+  Sequential model = target();
+  for (std::size_t bytes : {std::size_t{2}, std::size_t{4}}) {
+    std::string path = make(str("opaque_", bytes, ".weights.h5"), [bytes](hid_t id) {
+      hid_t type = H5Tcreate(H5T_OPAQUE, bytes);
+      replace_dataset(id, "layers/dense/vars/0", type, {3, 2});
+      H5Tclose(type);
+      if (bytes == 4) {  // the attribute, on elements of the wrong size
+        hid_t dataset = H5Dopen2(id, "layers/dense/vars/0", H5P_DEFAULT);
+        hid_t string_type = H5Tcopy(H5T_C_S1);
+        H5Tset_size(string_type, 8);
+        hid_t space = H5Screate(H5S_SCALAR);
+        hid_t attribute = H5Acreate2(dataset, "dtype", string_type, space, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(attribute, string_type, "bfloat16");
+        H5Aclose(attribute);
+        H5Sclose(space);
+        H5Tclose(string_type);
+        H5Dclose(dataset);
+      }
+    });
+    expect_throw_with<FileFormatError>([&] { model.load_weights(path); }, "holds neither floats nor integers");
+  }
+}
+
 // LossScaleOptimizer's dynamic_scale (optimizer/vars/3) must be a scale: a file that gives 0,
 // a negative or a non-finite one is refused before anything changes.
 TEST_F(HostileWeightsFile, ALossScaleThatIsNoScaleIsRefused) {
