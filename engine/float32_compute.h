@@ -4,9 +4,10 @@
 // half-precision arguments and writes float32 results that are rounded back once into the
 // half-precision outputs. This is XLA's rule for 16-bit ops its CPU and GPU backends have no
 // native kernel for (its float-normalization pass), and what keeps sums and matmul
-// accumulations in float32. A backend's own fused 16-bit kernels are listed beside it
-// (is_native_on_cpu); no backend has a 16-bit GEMM yet (oneDNN's bf16 matmul where the CPU has
-// AMX or AVX512-BF16, cuBLAS' bf16 GEMM), so matmul and convolution convert around float32.
+// accumulations in float32. A backend's own 16-bit kernels are listed below (is_native_on_cpu:
+// fused element-wise kernels; is_native_on_gpu: cuBLAS' 16-bit GEMM). The CPU has no 16-bit
+// GEMM yet (oneDNN's bf16 matmul where the CPU has AMX or AVX512-BF16), so its matmul and
+// convolution convert around float32, as the GPU's convolution does.
 //
 // The CPU backend (engine/cpu/cpu_backend.cpp) and the GPU kernel backend
 // (engine/cuda/kernel_backend.h) wrap each kernel with `call_in_float32`; the conversions run
@@ -42,6 +43,10 @@ inline bool is_native_on_cpu(std::string_view kernel) {
   return is_native(kernel) || kernel == "unary" || kernel == "unary_gradient" || kernel == "binary" ||
          kernel == "softmax" || kernel == "softmax_gradient";
 }
+
+// The GPU's own: matmul runs cuBLAS' 16-bit GEMM (float32 accumulation, tensor cores) on
+// bfloat16 and float16 as they are (engine/cuda/matmul.h).
+inline bool is_native_on_gpu(std::string_view kernel) { return is_native(kernel) || kernel == "matmul"; }
 
 inline bool is_half_tensor(const Tensor& tensor) {
   return tensor.defined() && is_half_precision(tensor.dtype());

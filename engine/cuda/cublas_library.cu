@@ -39,6 +39,7 @@ CublasLibrary load() {
   resolve(library, "cublasSetMathMode", table.set_math_mode);
   resolve(library, "cublasSgemmStridedBatched", table.sgemm_strided_batched);
   resolve(library, "cublasDgemmStridedBatched", table.dgemm_strided_batched);
+  resolve(library, "cublasGemmStridedBatchedEx", table.gemm_strided_batched_ex);
   resolve(library, "cublasGetStatusName", table.status_name);
   resolve(library, "cublasGetStatusString", table.status_string);
   return table;

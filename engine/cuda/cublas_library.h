@@ -15,6 +15,13 @@ struct CublasLibrary {
   decltype(&cublasSetMathMode) set_math_mode;
   decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
   decltype(&cublasDgemmStridedBatched) dgemm_strided_batched;
+  // bfloat16 and float16 GEMMs (tensor cores) with float32 accumulation. Spelled out: C++ sees
+  // a second, inline overload of cublasGemmStridedBatchedEx (computeType a cudaDataType).
+  cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                            const void*, const void*, cudaDataType, int, long long int,
+                                            const void*, cudaDataType, int, long long int, const void*, void*,
+                                            cudaDataType, int, long long int, int, cublasComputeType_t,
+                                            cublasGemmAlgo_t);
   decltype(&cublasGetStatusName) status_name;
   decltype(&cublasGetStatusString) status_string;
 };

@@ -77,9 +77,29 @@ class CudaLauncher {
                       "cublasDgemmStridedBatched", state_.index);
   }
 
+  // bfloat16 and float16 operands and result, float32 accumulation (CUBLAS_COMPUTE_32F: the
+  // tensor cores' 16-bit inputs, float32 sums), the result rounded once.
+  void gemm(const GemmCall& call, const BFloat16* a, const BFloat16* b, BFloat16* c) {
+    sixteen_bit_gemm(call, a, b, c, CUDA_R_16BF);
+  }
+  void gemm(const GemmCall& call, const Float16* a, const Float16* b, Float16* c) {
+    sixteen_bit_gemm(call, a, b, c, CUDA_R_16F);
+  }
+
   Device device() const { return Device::gpu(state_.index); }
 
  private:
+  void sixteen_bit_gemm(const GemmCall& call, const void* a, const void* b, void* c, cudaDataType type) {
+    const float one = 1.0f, beta = call.accumulate ? 1.0f : 0.0f;
+    check_sizes(call);
+    gpu::check_cublas(gpu::cublas().gemm_strided_batched_ex(
+                          state_.blas, operation(call.transpose_a), operation(call.transpose_b),
+                          narrow(call.m), narrow(call.n), narrow(call.k), &one, a, type,
+                          narrow(call.lda), call.stride_a, b, type, narrow(call.ldb), call.stride_b,
+                          &beta, c, type, narrow(call.ldc), call.stride_c, narrow(call.batch),
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                      "cublasGemmStridedBatchedEx", state_.index);
+  }
   static cublasOperation_t operation(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
   static int narrow(std::int64_t value) { return static_cast<int>(value); }
   void check_sizes(const GemmCall& call) const {

@@ -32,7 +32,7 @@ class KernelBackend final : public Backend {
 #define KERAS_BIND_GPU_KERNEL(name, parameters, arguments)             \
   void name parameters override {                                      \
     float32_compute::call_in_float32(                                  \
-        *this, #name, &float32_compute::is_native,                     \
+        *this, #name, &float32_compute::is_native_on_gpu,              \
         [](auto&... wide) {                                            \
           Launcher launcher(device_of(wide...));                       \
           gpu_kernels::name(launcher, wide...);                        \

@@ -2,6 +2,8 @@
 // A row-major C[M,N] read column-major is C^T[N,M], and C^T = op(B)^T op(A)^T, so the call
 // computes (N, M, K) with B first and A second, each keeping its own transpose flag; no
 // operand is copied or transposed. Rank 3 runs the batch as one strided-batched call.
+// bfloat16 and float16 take the 16-bit GEMM (float32 accumulation, tensor cores) as they are:
+// the GPU kernel backend lists matmul among its native 16-bit kernels (float32_compute.h).
 #pragma once
 #include "engine/cuda/kernels.h"
 
@@ -45,8 +47,14 @@ void matmul(Launcher& launcher, const Tensor& a, const Tensor& b, bool transpose
   } else if (a.dtype() == DType::float64) {
     launcher.gemm(call, static_cast<const double*>(b.raw_data()),
                   static_cast<const double*>(a.raw_data()), static_cast<double*>(out.raw_data()));
+  } else if (a.dtype() == DType::bfloat16) {
+    launcher.gemm(call, static_cast<const BFloat16*>(b.raw_data()),
+                  static_cast<const BFloat16*>(a.raw_data()), static_cast<BFloat16*>(out.raw_data()));
+  } else if (a.dtype() == DType::float16) {
+    launcher.gemm(call, static_cast<const Float16*>(b.raw_data()),
+                  static_cast<const Float16*>(a.raw_data()), static_cast<Float16*>(out.raw_data()));
   } else {
-    throw DTypeError(str("matmul supports float32 and float64, got ", dtype_name(a.dtype())));
+    throw DTypeError(str("matmul supports float32, float64, bfloat16 and float16, got ", dtype_name(a.dtype())));
   }
 }
 

@@ -2,12 +2,14 @@
 // kernel's index arithmetic, edge cases and dispatch are checked by the op table on machines
 // without a GPU. What this cannot check is what only a GPU has: launches, streams, device
 // memory and cuBLAS itself (gemm here is a plain loop with cuBLAS' column-major meaning, which
-// checks the row-major-to-column-major mapping of engine/cuda/matmul.h).
+// checks the row-major-to-column-major mapping of engine/cuda/matmul.h, and the 16-bit GEMM's
+// float32 accumulation with one rounding).
 //
 // Indices run from last to first: a kernel body that depended on running in order (and so would
 // race on a GPU) gives wrong answers here instead of passing by luck.
 #pragma once
 #include <cstring>
+#include <type_traits>
 
 #include "engine/cuda/kernel_backend.h"
 
@@ -44,10 +46,10 @@ class HostLauncher {
           for (std::int64_t l = 0; l < call.k; ++l) {
             T left = call.transpose_a ? pa[l + i * call.lda] : pa[i + l * call.lda];
             T right = call.transpose_b ? pb[j + l * call.ldb] : pb[l + j * call.ldb];
-            total += static_cast<double>(left) * static_cast<double>(right);
+            total += wide(left) * wide(right);
           }
           T& element = pc[i + j * call.ldc];
-          element = call.accumulate ? static_cast<T>(element + total) : static_cast<T>(total);
+          element = rounded<T>(call.accumulate ? wide(element) + total : total);
         }
       }
     }
@@ -55,6 +57,25 @@ class HostLauncher {
   Device device() const { return device_; }
 
  private:
+  // 16-bit elements: cuBLAS' CUBLAS_COMPUTE_32F widens them and accumulates in float32, rounding
+  // the result once; here the sum is kept in double and rounded through float32.
+  template <typename T>
+  static double wide(T value) {
+    if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>) {
+      return static_cast<double>(static_cast<float>(value));
+    } else {
+      return static_cast<double>(value);
+    }
+  }
+  template <typename T>
+  static T rounded(double value) {
+    if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>) {
+      return T(static_cast<float>(value));
+    } else {
+      return static_cast<T>(value);
+    }
+  }
+
   static gpu_kernels::ErrorReport& device_report() {
     static gpu_kernels::ErrorReport report;
     return report;
