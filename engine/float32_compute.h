@@ -44,9 +44,11 @@ inline bool is_native_on_cpu(std::string_view kernel) {
          kernel == "softmax" || kernel == "softmax_gradient";
 }
 
-// The GPU's own: matmul runs cuBLAS' 16-bit GEMM (float32 accumulation, tensor cores) on
-// bfloat16 and float16 as they are (engine/cuda/matmul.h).
-inline bool is_native_on_gpu(std::string_view kernel) { return is_native(kernel) || kernel == "matmul"; }
+// The GPU's own: matmul and convolution run cuBLAS' 16-bit GEMM (float32 accumulation, tensor
+// cores) on bfloat16 and float16 as they are (engine/cuda/matmul.h, convolution.h).
+inline bool is_native_on_gpu(std::string_view kernel) {
+  return is_native(kernel) || kernel == "matmul" || kernel == "convolution";
+}
 
 inline bool is_half_tensor(const Tensor& tensor) {
   return tensor.defined() && is_half_precision(tensor.dtype());

@@ -112,7 +112,7 @@ void convolution(Launcher& launcher, const Tensor& input, const Tensor& kernel,
     fill(launcher, out, 0.0);
     return;
   }
-  dispatch_floating(input.dtype(), "convolution", [&](auto zero) {
+  auto run = [&](auto zero) {
     using T = decltype(zero);
     const T* x = elements_of<T>(input);
     T* y = elements_of<T>(out);
@@ -124,7 +124,10 @@ void convolution(Launcher& launcher, const Tensor& input, const Tensor& kernel,
       launcher.gemm(group_product(patch_matrix(c), false, kernel_matrix(c), false, output_matrix(c), c.groups),
                     elements_of<T>(kernel), patches, y_chunk);
     });
-  });
+  };
+  // bfloat16 and float16 as they are: the patches are copies and the GEMM rounds each output
+  // once (its gradients sum across windows or chunks, so they keep float32 stand-ins).
+  if (!dispatch_half_precision(input.dtype(), run)) dispatch_floating(input.dtype(), "convolution", run);
 }
 
 template <class Launcher>
