@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check, for a machine with GPUs: a CUDA build for sm_90, the GPU half of the
-# op table and the GPU tests, the GPU kernels on host memory beside them, and NCCL between the
+# op table (its bfloat16 and float16 rows run cuBLAS' 16-bit GEMM) and the GPU tests, the GPU kernels on host memory beside them, and NCCL between the
 # GPUs of the host, all into one log. Usage: bash scripts/gpu_check.sh [LOG]   (default gpu_check.log)
 #
 # Fashion-MNIST on one GPU runs when the dataset is at $FASHION_MNIST_DIR (default
@@ -88,6 +88,14 @@ section "the Keras guide's convnet on one GPU (Conv2D as im2col + cuBLAS, BatchN
 if [ -d "$data" ]; then
   "$build/examples/fashion_mnist/fashion_mnist" --model cnn --device gpu --data-dir "$data" --epochs 3 \
       --min-test-accuracy 0.85 || status=1
+else
+  echo "no dataset at $data (set FASHION_MNIST_DIR): not run"
+fi
+
+section "the convnet on one GPU under mixed_bfloat16 (cuBLAS' 16-bit GEMM for matmul and convolution)"
+if [ -d "$data" ]; then
+  "$build/examples/fashion_mnist/fashion_mnist" --model cnn --device gpu --data-dir "$data" --epochs 3 \
+      --dtype-policy mixed_bfloat16 --min-test-accuracy 0.85 || status=1
 else
   echo "no dataset at $data (set FASHION_MNIST_DIR): not run"
 fi
