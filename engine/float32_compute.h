@@ -30,12 +30,22 @@ KERAS_KERNELS_THAT_READ_THEIR_OUTPUTS(KERAS_CHECK_IS_KERNEL)
 
 #define KERAS_NAME_IS(name) kernel == #name ||
 // The kernels that take half-precision tensors as they are, on every backend.
-inline bool is_native(std::string_view kernel) { return KERAS_KERNELS_THAT_ONLY_MOVE_ELEMENTS(KERAS_NAME_IS) false; }
+constexpr bool is_native(std::string_view kernel) { return KERAS_KERNELS_THAT_ONLY_MOVE_ELEMENTS(KERAS_NAME_IS) false; }
 
 // The kernels whose non-const tensors are read as well as written (optimizer slots): their
 // float32 stand-ins start from the current values. Every other output is only written.
-inline bool reads_outputs(std::string_view kernel) { return KERAS_KERNELS_THAT_READ_THEIR_OUTPUTS(KERAS_NAME_IS) false; }
+constexpr bool reads_outputs(std::string_view kernel) {
+  return KERAS_KERNELS_THAT_READ_THEIR_OUTPUTS(KERAS_NAME_IS) false;
+}
 #undef KERAS_NAME_IS
+
+// An optimizer update left off the list would get float32 stand-ins that start uninitialised
+// and overwrite a 16-bit variable's slots with garbage: every kernel named *_update is listed.
+#define KERAS_CHECK_UPDATE_IS_LISTED(name, parameters, arguments)                  \
+  static_assert(!std::string_view(#name).ends_with("_update") || reads_outputs(#name), \
+                #name " updates in place: list it in KERAS_KERNELS_THAT_READ_THEIR_OUTPUTS");
+KERAS_KERNELS(KERAS_CHECK_UPDATE_IS_LISTED)
+#undef KERAS_CHECK_UPDATE_IS_LISTED
 
 // The CPU's own: its element-wise and softmax kernels fuse the conversions into their loops
 // (engine/cpu/elementwise.cpp, softmax.cpp).

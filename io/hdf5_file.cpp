@@ -54,16 +54,22 @@ Handle checked(hid_t id, const std::string& what) {
 hid_t half_float_type() {
   static const hid_t type = [] {
     hid_t made = H5Tcopy(H5T_IEEE_F32LE);
-    H5Tset_fields(made, 15, 10, 5, 0, 10);
-    H5Tset_size(made, 2);
-    H5Tset_ebias(made, 15);
+    if (made < 0 || H5Tset_fields(made, 15, 10, 5, 0, 10) < 0 || H5Tset_size(made, 2) < 0 ||
+        H5Tset_ebias(made, 15) < 0 || H5Tlock(made) < 0) {
+      return hid_t{-1};
+    }
     return made;
   }();
+  if (type < 0) throw Error("HDF5 could not make its float16 type (H5Tcopy/H5Tset_fields failed)");
   return type;
 }
 
 hid_t bfloat16_opaque_type() {
-  static const hid_t type = H5Tcreate(H5T_OPAQUE, 2);
+  static const hid_t type = [] {
+    hid_t made = H5Tcreate(H5T_OPAQUE, 2);
+    return made < 0 || H5Tlock(made) < 0 ? hid_t{-1} : made;
+  }();
+  if (type < 0) throw Error("HDF5 could not make the 2-byte opaque type of bfloat16 (H5Tcreate failed)");
   return type;
 }
 
@@ -329,7 +335,8 @@ Tensor Group::read_dataset(const std::string& name, DType dtype, const Shape& st
   }
   // 16-bit data and tensors: Keras' bfloat16 datasets are read as they are stored and converted
   // here (HDF5 converts no opaque type); a 16-bit tensor from any other dataset but a float16
-  // one is read as float32 and rounded here (once, to nearest even), not by HDF5's conversion.
+  // one is read as float32 (exact for 16- and 32-bit data; float64 data rounds twice, through
+  // float32, as a cast from float64 does here) and rounded to nearest even here, not by HDF5.
   if (info.bfloat16 && dtype != bfloat16) {
     return ops::cast(read_dataset(name, bfloat16, starts, sizes), dtype);
   }

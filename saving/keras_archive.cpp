@@ -13,6 +13,7 @@
 #include <exception>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include "distribution/runtime/runtime.h"
@@ -255,9 +256,22 @@ std::optional<std::string> optimizer_from_config(const nlohmann::json& optimizer
     // Keras' LossScaleOptimizer(inner_optimizer, initial_scale, dynamic_growth_steps), which
     // takes no other argument but its name.
     if (inside_loss_scaling) return "its LossScaleOptimizer wraps another LossScaleOptimizer";
+    // Earlier Keras versions wrote the base optimizer's arguments too (non-functional); Keras
+    // 3.15 still takes them at their defaults, and `dynamic` when true.
+    const std::map<std::string, nlohmann::json> earlier_defaults = {
+        {"weight_decay", nullptr}, {"clipnorm", nullptr},        {"global_clipnorm", nullptr},
+        {"clipvalue", nullptr},    {"use_ema", false},           {"ema_momentum", 0.99},
+        {"ema_overwrite_frequency", nullptr}, {"loss_scale_factor", nullptr},
+        {"gradient_accumulation_steps", nullptr}, {"dynamic", true}};
     for (const auto& [key, value] : fields.items()) {
-      if (key != "name" && key != "inner_optimizer" && key != "initial_scale" && key != "dynamic_growth_steps") {
+      if (key == "name" || key == "inner_optimizer" || key == "initial_scale" || key == "dynamic_growth_steps") continue;
+      auto earlier = earlier_defaults.find(key);
+      if (earlier == earlier_defaults.end()) {
         return str("its LossScaleOptimizer sets ", key, ", which LossScaleOptimizer does not take");
+      }
+      if (value != earlier->second) {
+        return str("its LossScaleOptimizer sets ", key, " = ", value.dump().substr(0, 80), ", which it takes only as ",
+                   earlier->second.dump(), " (set it on the inner optimizer)");
       }
     }
     if (!fields.contains("inner_optimizer")) return "its LossScaleOptimizer names no inner_optimizer";

@@ -152,8 +152,10 @@ std::vector<OptimizerEntry> keras_optimizer_entries(const optimizers::Optimizer&
   using Kind = OptimizerEntry::Kind;
   std::vector<OptimizerEntry> entries;
   if (optimizer.scales_loss()) {
-    entries = {{Kind::loss_scale_optimizer_iterations}, {Kind::loss_scale_optimizer_learning_rate},
-               {Kind::loss_scale_step_counter}, {Kind::loss_scale}};
+    // Keras makes step_counter and dynamic_scale when it builds the optimizer, with the rest
+    // of its state: an unbuilt LossScaleOptimizer has its own iteration and learning_rate only.
+    entries = {{Kind::loss_scale_optimizer_iterations}, {Kind::loss_scale_optimizer_learning_rate}};
+    if (with_state) entries.insert(entries.end(), {{Kind::loss_scale_step_counter}, {Kind::loss_scale}});
   }
   entries.push_back({Kind::iterations});
   if (!optimizer.learning_rate_schedule()) entries.push_back({Kind::learning_rate});

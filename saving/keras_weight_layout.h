@@ -11,9 +11,10 @@
 //   vars/<i>                 the model's own variables; each "vars" group has an attribute
 //                            "name", the object's name
 //   optimizer/vars/<i>       iterations, learning_rate, then the per-variable state; under
-//                            LossScaleOptimizer its own four first (iteration and
-//                            learning_rate, always 0; step_counter, dynamic_scale), then the
-//                            inner optimizer's
+//                            LossScaleOptimizer its own first (iteration and learning_rate,
+//                            always 0; step_counter and dynamic_scale once built), then the
+//                            inner optimizer's, which optimizer/inner_optimizer/vars/<i> holds
+//                            again (its "name" the inner optimizer's)
 // A layer's own variables are numbered trainable first, then non-trainable (BatchNormalization:
 // gamma, beta, moving_mean, moving_variance). The same keys name the tensors of our
 // safetensors weight files.
@@ -62,8 +63,8 @@ std::vector<WeightGroup> keras_weight_groups(Model& model);
 // each variable in turn; RMSprop: every velocity, then every momentum, then every average
 // gradient). One entry per tensor in the file. With loss scaling on, Keras'
 // LossScaleOptimizer's own variables come first: its iteration and learning_rate (it never
-// steps itself: 0 and 0.0, read and ignored), step_counter (finite steps in a row) and
-// dynamic_scale (the loss scale).
+// steps itself: 0 and 0.0, read and ignored) and, once built (with_state), step_counter
+// (finite steps in a row) and dynamic_scale (the loss scale).
 struct OptimizerEntry {
   enum class Kind {
     loss_scale_optimizer_iterations,

@@ -61,6 +61,12 @@ Tensor optimizer_tensor(const optimizers::Optimizer& optimizer, const OptimizerE
   }
 }
 
+// LossScaleOptimizer's own variables, before the inner optimizer's.
+bool is_loss_scale_optimizers_own(Kind kind) {
+  return kind == Kind::loss_scale_optimizer_iterations || kind == Kind::loss_scale_optimizer_learning_rate ||
+         kind == Kind::loss_scale_step_counter || kind == Kind::loss_scale;
+}
+
 // The entries that are one number of the optimizer's, not a tensor per variable.
 bool is_scalar(Kind kind) {
   return kind != Kind::average && kind != Kind::accumulated && kind != Kind::slot;
@@ -73,8 +79,12 @@ const char* scalar_name(Kind kind) {
     case Kind::loss_scale_step_counter: return "step_counter (finite steps in a row)";
     case Kind::loss_scale: return "dynamic_scale (the loss scale)";
     case Kind::iterations: return "iterations";
-    default: return "learning_rate";
+    case Kind::learning_rate: return "learning_rate";
+    case Kind::average:
+    case Kind::accumulated:
+    case Kind::slot: break;
   }
+  throw Error("internal: scalar_name of a per-variable optimizer entry");
 }
 
 // The number an entry that is_scalar writes, with the dtype Keras gives it.
@@ -88,8 +98,12 @@ Tensor optimizer_scalar(const optimizers::Optimizer& optimizer, Kind kind) {
     // Keras' _iterations counts every apply() call; its iterations property divides by
     // gradient_accumulation_steps. The file holds the calls.
     case Kind::iterations: return Tensor::scalar(static_cast<double>(optimizer.calls()), int64);
-    default: return Tensor::scalar(optimizer.learning_rate(), float32);
+    case Kind::learning_rate: return Tensor::scalar(optimizer.learning_rate(), float32);
+    case Kind::average:
+    case Kind::accumulated:
+    case Kind::slot: break;
   }
+  throw Error("internal: optimizer_scalar of a per-variable optimizer entry");
 }
 
 // Whether the optimizer has made its per-variable state (Keras: whether it is built).
@@ -195,11 +209,21 @@ WeightsWritten save_keras_weights(Model& model, const std::string& path) {
   if (with_optimizer) {
     optimizers::Optimizer& optimizer = model.optimizer();
     std::vector<Variable*> trainable = trainable_variables(model);
-    std::vector<OptimizerEntry> entries =
-        keras_optimizer_entries(optimizer, trainable, optimizer_has_state(optimizer, trainable));
+    // A LossScaleOptimizer is written built (its scale is state before any step; Keras builds
+    // it with the model's first fit or compile from a config), an inner slot not made yet as
+    // zeros, as Keras' built optimizer holds it.
+    std::vector<OptimizerEntry> entries = keras_optimizer_entries(
+        optimizer, trainable, optimizer.scales_loss() || optimizer_has_state(optimizer, trainable));
     const std::string optimizer_name =
         optimizer.scales_loss() ? "loss_scale_optimizer" : keras_optimizer_name(optimizer.name());
     attempt([&] { tree->at("optimizer/vars").set_string_attribute("name", optimizer_name); });
+    std::size_t loss_scale_entries = 0;
+    for (const OptimizerEntry& entry : entries) loss_scale_entries += is_loss_scale_optimizers_own(entry.kind) ? 1 : 0;
+    if (optimizer.scales_loss()) {
+      attempt([&] {
+        tree->at("optimizer/inner_optimizer/vars").set_string_attribute("name", keras_optimizer_name(optimizer.name()));
+      });
+    }
     for (std::size_t index = 0; index < entries.size(); ++index) {
       const OptimizerEntry& entry = entries[index];
       Tensor tensor;
@@ -213,6 +237,13 @@ WeightsWritten save_keras_weights(Model& model, const std::string& path) {
         tensor = checkpoint::full_tensor(local, entry.variable->value);
       }
       attempt([&] { tree->at("optimizer/vars").write_dataset(std::to_string(index), tensor); });
+      // Keras writes the inner optimizer of a LossScaleOptimizer again as its own object, and
+      // warns when loading a file without it.
+      if (optimizer.scales_loss() && !is_loss_scale_optimizers_own(entry.kind)) {
+        attempt([&] {
+          tree->at("optimizer/inner_optimizer/vars").write_dataset(std::to_string(index - loss_scale_entries), tensor);
+        });
+      }
     }
   }
   attempt([&] {
@@ -300,6 +331,20 @@ std::optional<OptimizerState> read_optimizer(const Group& root, Model& model, co
   std::vector<Variable*> trainable = trainable_variables(model);
   std::vector<OptimizerEntry> full = keras_optimizer_entries(optimizer, trainable, true);
   std::vector<OptimizerEntry> bare = keras_optimizer_entries(optimizer, trainable, false);
+  // Whether the file holds a LossScaleOptimizer is read from its structure (Keras writes the
+  // inner optimizer as optimizer/inner_optimizer), not guessed from the count of variables,
+  // which another optimizer's file may happen to share.
+  const bool file_scales_loss = find_group(root, "optimizer/inner_optimizer").has_value();
+  if (file_scales_loss != optimizer.scales_loss()) {
+    if (distribution::process_id() == 0) {
+      std::fprintf(stderr,
+                   "load_weights: skipping the optimizer state in '%s': it was saved %s LossScaleOptimizer, and "
+                   "optimizer '%s' of model '%s' %s; its weights are loaded\n",
+                   path.c_str(), file_scales_loss ? "with" : "without", optimizer.name().c_str(),
+                   model.name().c_str(), optimizer.scales_loss() ? "scales its loss" : "does not scale its loss");
+    }
+    return std::nullopt;
+  }
   std::size_t count = dataset_count(*vars);
   if (count != full.size() && count != bare.size()) {
     if (distribution::process_id() == 0) {

@@ -322,6 +322,10 @@ TEST_F(CallbacksTest, BackupAndRestoreKeepsTheLossScale) {
   // A backup of a loss-scaled run does not resume a run without loss scaling, nor the reverse.
   EXPECT_THROW(train(file("backup"), every_three, std::make_shared<Interrupt>(1, 5), 16, state), std::runtime_error);
   expect_throw_with<ValueError>([&] { train(file("backup"), every_three); }, "with loss scaling (LossScaleOptimizer)");
+  std::filesystem::remove_all(file("backup"));
+  EXPECT_THROW(train(file("backup"), every_three, std::make_shared<Interrupt>(1, 5)), std::runtime_error);
+  expect_throw_with<ValueError>([&] { train(file("backup"), every_three, nullptr, 16, state); },
+                                "without loss scaling (LossScaleOptimizer)");
 }
 
 TEST_F(CallbacksTest, BackupAndRestoreFallsBackToThePreviousBackup) {

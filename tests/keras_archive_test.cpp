@@ -253,5 +253,37 @@ TEST_F(KerasArchiveTest, UnsupportedConfigsNameTheLayerAndTheField) {
       "is initializer 'orthogonal', which keras-cpp does not have");
 }
 
+// Keras 3.15 reads LossScaleOptimizer configs of earlier versions, which wrote the base
+// optimizer's (non-functional) arguments at their defaults and `dynamic`: so does load_model.
+// One set otherwise is refused as Keras refuses it, and the model loads uncompiled.
+TEST_F(KerasArchiveTest, EarlierLossScaleOptimizerConfigsCompile) {
+  Sequential model({layers::Dense(2)});
+  model(Tensor::zeros({1, 4}));
+  model.save_weights(file("weights.weights.h5"));
+  std::string weights = read_bytes(file("weights.weights.h5"));
+  auto archive_with = [&](const std::string& extra) {
+    std::string config = R"({"module": "keras", "class_name": "Sequential", "config": {"name": "s", "layers": [
+      {"module": "keras.layers", "class_name": "InputLayer", "config": {"batch_shape": [null, 4], "dtype": "float32", "name": "i"}},
+      {"class_name": "Dense", "config": {"name": "d", "units": 2}}]},
+      "compile_config": {"loss": "mse", "optimizer": {"module": "keras.optimizers", "class_name": "LossScaleOptimizer",
+        "config": {"name": "loss_scale_optimizer", "initial_scale": 256.0, "dynamic_growth_steps": 7, )" +
+                         extra + R"(
+          "inner_optimizer": {"module": "keras.optimizers", "class_name": "SGD", "config": {"learning_rate": 0.5}}}}}})";
+    write_zip(file("edited.keras"), {{"config.json", config}, {"model.weights.h5", weights}});
+    return file("edited.keras");
+  };
+  std::shared_ptr<Model> earlier = load_model(archive_with(
+      R"("dynamic": true, "weight_decay": null, "clipnorm": null, "global_clipnorm": null, "clipvalue": null,
+         "use_ema": false, "ema_momentum": 0.99, "ema_overwrite_frequency": null, "loss_scale_factor": null,
+         "gradient_accumulation_steps": null,)"));
+  ASSERT_TRUE(earlier->compiled());
+  EXPECT_TRUE(earlier->optimizer().scales_loss());
+  EXPECT_EQ(earlier->optimizer().loss_scale(), 256.0);
+  EXPECT_EQ(earlier->optimizer().loss_scale_growth_steps(), 7);
+  EXPECT_EQ(earlier->optimizer().learning_rate(), 0.5);
+  EXPECT_FALSE(load_model(archive_with(R"("clipnorm": 1.0,)"))->compiled());
+  EXPECT_FALSE(load_model(archive_with(R"("dynamic": false,)"))->compiled());
+}
+
 }  // namespace
 }  // namespace keras

@@ -137,13 +137,26 @@ TEST(KerasFilesLossScaling, LossScaleOptimizersStateComesAlong) {
   std::shared_ptr<Model> reloaded = load_model(archive);
   expect_keras_state(reloaded->optimizer(), "our .keras");
   EXPECT_EQ(reloaded->optimizer().loss_scale_growth_steps(), 3);
+  {
+    // Keras writes the inner optimizer again as optimizer/inner_optimizer (its name "adam").
+    io::hdf5::File ours = io::hdf5::File::open(weights);
+    io::hdf5::Group inner = ours.root().group("optimizer").group("inner_optimizer").group("vars");
+    EXPECT_EQ(inner.string_attribute("name"), std::optional<std::string>("adam"));
+    EXPECT_EQ(inner.member_names().size(), 10u);  // iterations, learning_rate, 2 slots x 4 variables
+  }
   // Into an Adam without loss scaling, the optimizer's part does not fit (Keras skips it too,
-  // with a warning); the weights load.
+  // with a warning); the weights load. And the reverse: a plain Adam's file into a
+  // LossScaleOptimizer, whatever its count of variables.
   std::shared_ptr<Model> plain = testing::make_keras_file_model("mlp");
   plain->compile(optimizers::Adam(0.01), "mse");
   plain->load_weights(weights);
   EXPECT_EQ(plain->optimizer().iterations(), 0);
   EXPECT_LE(largest_difference(predict(*plain, answer.inputs)[0], answer.predictions), 1e-6);
+  std::shared_ptr<Model> scaled = testing::make_keras_file_model("mlp");
+  scaled->compile(optimizers::LossScaleOptimizer<optimizers::Adam>(optimizers::Adam(0.01)), "mse");
+  scaled->load_weights(reference("mlp.weights.h5"));
+  EXPECT_EQ(scaled->optimizer().iterations(), 0);
+  EXPECT_EQ(scaled->optimizer().loss_scale(), 32768.0);
   std::remove(weights.c_str());
   std::remove(archive.c_str());
 }

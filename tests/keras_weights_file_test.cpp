@@ -319,18 +319,26 @@ TEST_F(HostileWeightsFile, ALossScaleThatIsNoScaleIsRefused) {
     return model;
   };
   std::string path = file("loss_scaled.weights.h5");
-  loss_scaled()->save_weights(path);
+  {
+    // One step first, as a trained model would be saved.
+    auto trained = loss_scaled();
+    trained->fit(testing::random_tensor({4, 3}, 2, float32), testing::random_tensor({4, 2}, 3, float32),
+                 {.batch_size = 4, .epochs = 1, .verbose = 0});
+    trained->save_weights(path);
+  }
   for (float scale : {0.0f, -2.0f, INFINITY, NAN}) {
     hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     ASSERT_GE(id, 0);
     hid_t dataset = H5Dopen2(id, "optimizer/vars/3", H5P_DEFAULT);
     ASSERT_GE(dataset, 0);
-    H5Dwrite(dataset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, &scale);
+    EXPECT_GE(H5Dwrite(dataset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, &scale), 0);
     H5Dclose(dataset);
     H5Fclose(id);
     auto model = loss_scaled();
+    std::vector<double> before = model->trainable_weights()[0].to_vector<double>();
     expect_throw_with<FileFormatError>([&] { model->load_weights(path); }, "gives the loss scale (dynamic_scale)");
     EXPECT_EQ(model->optimizer().loss_scale(), 64.0) << scale;
+    EXPECT_EQ(model->trainable_weights()[0].to_vector<double>(), before) << "nothing changes on a refused file";
   }
 }
 

@@ -205,8 +205,8 @@ Backup read_backup(Model& model, const std::string& path) {
   const bool saved_scaling = raw_metadata.count("loss_scale") > 0;
   if (saved_scaling != optimizer.scales_loss()) {
     throw ValueError(str("BackupAndRestore: '", path, "' was saved ", saved_scaling ? "with" : "without",
-                         " loss scaling (LossScaleOptimizer), but model '", model.name(), "''s optimizer ",
-                         optimizer.name(), optimizer.scales_loss() ? " scales its loss" : " does not scale its loss"));
+                         " loss scaling (LossScaleOptimizer), but the optimizer ", optimizer.name(), " of model '",
+                         model.name(), "' ", optimizer.scales_loss() ? "scales its loss" : "does not scale its loss"));
   }
   if (saved_scaling) {
     backup.loss_scale = metadata.number(metadata.text("loss_scale"), "loss_scale");

@@ -37,7 +37,8 @@ std::shared_ptr<Communicator> world_communicator;
 // about once in a few hundred runs. A job of several processes therefore ignores SIGPIPE, as
 // Python does for every program (so PyTorch's Gloo never meets it): the write fails with EPIPE
 // and the collective names the peer. A handler the program installed itself is left in place.
-// Like Python's, the setting is inherited by programs this one executes.
+// The setting is inherited by programs this one executes (Python's subprocess resets it in its
+// children; a C++ program that runs others may want to).
 void ignore_broken_pipes() {
   struct sigaction current {};
   if (::sigaction(SIGPIPE, nullptr, &current) != 0) return;
@@ -142,8 +143,8 @@ void initialize(std::optional<std::string> job_addresses, std::optional<int> num
     }
   }
 
-  if (launched_by_mpirun() || (num_processes_arg && *num_processes_arg > 1)) ignore_broken_pipes();
   if (launched_by_mpirun()) {
+    ignore_broken_pipes();
     world_communicator = start_mpi_job(num_processes_arg, process_id_arg, finalize_at_exit);
   } else {
     // Started by hand: the job is what the arguments say, checked as JAX's initialize does
@@ -167,6 +168,7 @@ void initialize(std::optional<std::string> job_addresses, std::optional<int> num
         throw ValueError(str("num_processes=", *num_processes_arg, " without process_id: each process "
                              "started by hand must say which one it is (0 to ", *num_processes_arg - 1, ")"));
       }
+      ignore_broken_pipes();  // after every check that refuses the job: a refused one changes nothing
       world_communicator = join_job_by_rendezvous(addresses, *num_processes_arg, *process_id_arg, token);
       std::atexit(finalize_at_exit);
     } else {

@@ -55,11 +55,13 @@ std::unique_ptr<DeviceState> make_state(int device_index) {
   check_cublas(cublas().create(&state->blas), "cublasCreate", device_index);
   check_cublas(cublas().set_stream(state->blas, state->stream), "cublasSetStream", device_index);
   // float32 products in float32, as on the CPU: TF32 tensor cores only when asked for
-  // (KERAS_ALLOW_TF32=1; NVIDIA_TF32_OVERRIDE=0 still forbids them driver-wide).
+  // (KERAS_ALLOW_TF32=1; NVIDIA_TF32_OVERRIDE=0 still forbids them driver-wide). 16-bit GEMMs
+  // reduce in float32 only: without DISALLOW_REDUCED_PRECISION_REDUCTION cuBLAS may sum
+  // split-K partial results in bfloat16/float16, rounding more than once.
   bool allow_tf32 = environment::integer("KERAS_ALLOW_TF32", 0, 1).value_or(0) == 1;
-  check_cublas(cublas().set_math_mode(state->blas, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                         : CUBLAS_DEFAULT_MATH),
-               "cublasSetMathMode", device_index);
+  const auto math_mode = static_cast<cublasMath_t>(
+      (allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+  check_cublas(cublas().set_math_mode(state->blas, math_mode), "cublasSetMathMode", device_index);
   check_cuda(cudaMalloc(&state->error_report, sizeof(gpu_kernels::ErrorReport)), "cudaMalloc",
              device_index);
   check_cuda(cudaMemsetAsync(state->error_report, 0, sizeof(gpu_kernels::ErrorReport),

@@ -2,8 +2,8 @@
 // kernel's index arithmetic, edge cases and dispatch are checked by the op table on machines
 // without a GPU. What this cannot check is what only a GPU has: launches, streams, device
 // memory and cuBLAS itself (gemm here is a plain loop with cuBLAS' column-major meaning, which
-// checks the row-major-to-column-major mapping of engine/cuda/matmul.h, and the 16-bit GEMM's
-// float32 accumulation with one rounding).
+// checks the row-major-to-column-major mapping of engine/cuda/matmul.h, and that a 16-bit
+// GEMM's result is rounded once, from a wide sum).
 //
 // Indices run from last to first: a kernel body that depended on running in order (and so would
 // race on a GPU) gives wrong answers here instead of passing by luck.
@@ -57,8 +57,10 @@ class HostLauncher {
   Device device() const { return device_; }
 
  private:
-  // 16-bit elements: cuBLAS' CUBLAS_COMPUTE_32F widens them and accumulates in float32, rounding
-  // the result once; here the sum is kept in double and rounded through float32.
+  // 16-bit elements: cuBLAS' CUBLAS_COMPUTE_32F widens them and accumulates in float32 (reduced-
+  // precision reductions are disallowed: gpu_runtime.cu), rounding the result once; here the
+  // sum is kept in double and rounded through float32, so the two agree to the result's
+  // rounding, which is what the op table's 16-bit tolerance allows for.
   template <typename T>
   static double wide(T value) {
     if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>) {
