@@ -155,7 +155,9 @@ class Optimizer {
   int loss_scale_growth_steps() const { return growth_steps_; }
   std::int64_t finite_steps_in_a_row() const { return finite_steps_; }  // Keras' step_counter
   // Where a saved run left the scale (weight files, backups): a finite scale > 0 and a count
-  // of finite steps >= 0; a ValueError otherwise, or when loss scaling is off.
+  // of finite steps >= 0; a ValueError otherwise, or when loss scaling is off. A count at or
+  // past this optimizer's growth steps (a file saved with more) doubles the scale at the next
+  // finite step (Keras compares for equality and would then never double again).
   void set_loss_scale_state(double scale, std::int64_t finite_steps_in_a_row);
   Tensor scale_loss(const Tensor& loss) const;
 
