@@ -397,11 +397,9 @@ TEST(ModelParallelWeights, SavedOnOneMeshLoadOnOneProcessOrAnotherMesh) {
   if (kd::process_id() == 0) std::remove(path.c_str());
 }
 
-// LossScaleOptimizer under ModelParallel: a non-finite gradient in one process's block only
-// (process 0's hidden units are dead, relu's gradient turns the overflow from its huge output
-// rows into NaN there and nowhere else) skips the step and halves the scale on every process,
-// so the replicas stay one model.
-TEST(ModelParallelLossScaling, ANonFiniteBlockOnOneProcessSkipsTheStepEverywhere) {
+// A fresh Dense(64, relu) "wide" -> Dense(4) "narrow" pair, split Megatron-style over the
+// processes ("wide" by columns, "narrow" by rows) under a ModelParallel distribution set here.
+Sequential wide_then_narrow_model_parallel() {
   clear_session();
   set_random_seed(5);
   auto map = std::make_shared<kd::LayoutMap>(model_axis(size()));
@@ -409,7 +407,15 @@ TEST(ModelParallelLossScaling, ANonFiniteBlockOnOneProcessSkipsTheStepEverywhere
   (*map)[".*wide/bias"] = {"model"};
   (*map)[".*narrow/kernel"] = {"model", std::nullopt};
   kd::set_distribution(std::make_shared<kd::ModelParallel>(map));
-  Sequential model({layers::Dense(64, "relu", named("wide")), layers::Dense(4, "", named("narrow"))});
+  return Sequential({layers::Dense(64, "relu", named("wide")), layers::Dense(4, "", named("narrow"))});
+}
+
+// LossScaleOptimizer under ModelParallel: a non-finite gradient in one process's block only
+// (process 0's hidden units are dead, relu's gradient turns the overflow from its huge output
+// rows into NaN there and nowhere else) skips the step and halves the scale on every process,
+// so the replicas stay one model.
+TEST(ModelParallelLossScaling, ANonFiniteBlockOnOneProcessSkipsTheStepEverywhere) {
+  Sequential model = wide_then_narrow_model_parallel();
   auto optimizer = std::make_shared<optimizers::LossScaleOptimizer<optimizers::Adam>>(optimizers::Adam(0.01), 1024.0, 1000);
   model.compile(optimizer, losses::SparseCategoricalCrossentropy(true));
   Tensor y = ops::cast(ops::random({RandomDistribution::uniform, 0, 4, 43}, {kBatch}, float64), int64);
@@ -434,14 +440,7 @@ TEST(ModelParallelLossScaling, ANonFiniteBlockOnOneProcessSkipsTheStepEverywhere
 
 // A sharded variable and its Adam moments take 1/N of the memory on each of N processes.
 TEST(ModelParallelMemory, ShardedVariablesAndTheirMomentsAreOneNth) {
-  clear_session();
-  set_random_seed(5);
-  auto map = std::make_shared<kd::LayoutMap>(model_axis(size()));
-  (*map)[".*wide/kernel"] = {std::nullopt, "model"};
-  (*map)[".*wide/bias"] = {"model"};
-  (*map)[".*narrow/kernel"] = {"model", std::nullopt};
-  kd::set_distribution(std::make_shared<kd::ModelParallel>(map));
-  Sequential model({layers::Dense(64, "relu", named("wide")), layers::Dense(4, "", named("narrow"))});
+  Sequential model = wide_then_narrow_model_parallel();
   model.compile(optimizers::Adam(0.01), losses::SparseCategoricalCrossentropy(true));
   Tensor y = ops::cast(ops::random({RandomDistribution::uniform, 0, 4, 43}, {kBatch}, float64), int64);
   model.train_on_batch(inputs_for_tests(), y);
