@@ -29,8 +29,18 @@ class KerasArchiveTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(directory_); }
   std::string file(const std::string& name) const { return (directory_ / name).string(); }
+  // edited.keras holding `config` as its config.json and `weights` as its weights.
+  std::string edited_archive(const std::string& config, const std::string& weights) const;
   std::filesystem::path directory_;
 };
+
+// A Sequential's config.json: an InputLayer of 4 features, then `layer` (one layer's JSON),
+// then `beside` (more top-level fields, such as a compile_config) when given.
+std::string sequential_config(const std::string& layer, const std::string& beside = "") {
+  return R"({"module": "keras", "class_name": "Sequential", "config": {"name": "s", "layers": [
+      {"module": "keras.layers", "class_name": "InputLayer", "config": {"batch_shape": [null, 4], "dtype": "float32", "name": "i"}},
+      )" + layer + "]}" + (beside.empty() ? "" : ", " + beside) + "}";
+}
 
 // Every layer's config, by name, without the seeds a reload draws afresh.
 std::map<std::string, nlohmann::json> configs_of(const Model& model) {
@@ -152,6 +162,11 @@ void write_zip(const std::string& path, const std::vector<std::pair<std::string,
   ASSERT_EQ(zip_close(archive), 0);
 }
 
+std::string KerasArchiveTest::edited_archive(const std::string& config, const std::string& weights) const {
+  write_zip(file("edited.keras"), {{"config.json", config}, {"model.weights.h5", weights}});
+  return file("edited.keras");
+}
+
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -209,11 +224,7 @@ TEST_F(KerasArchiveTest, UnsupportedConfigsNameTheLayerAndTheField) {
   model.save_weights(file("weights.h5.weights.h5"));
   std::string weights = read_bytes(file("weights.h5.weights.h5"));
   auto archive_with = [&](const std::string& dense_config) {
-    std::string config = R"({"module": "keras", "class_name": "Sequential", "config": {"name": "s", "layers": [
-      {"module": "keras.layers", "class_name": "InputLayer", "config": {"batch_shape": [null, 4], "dtype": "float32", "name": "i"}},
-      )" + dense_config + "]}}";
-    write_zip(file("edited.keras"), {{"config.json", config}, {"model.weights.h5", weights}});
-    return file("edited.keras");
+    return edited_archive(sequential_config(dense_config), weights);
   };
   std::string plain = archive_with(R"({"class_name": "Dense", "config": {"name": "d", "units": 2, "activation": "relu"}})");
   EXPECT_NO_THROW(load_model(plain));
@@ -262,15 +273,13 @@ TEST_F(KerasArchiveTest, EarlierLossScaleOptimizerConfigsCompile) {
   model.save_weights(file("weights.weights.h5"));
   std::string weights = read_bytes(file("weights.weights.h5"));
   auto archive_with = [&](const std::string& extra) {
-    std::string config = R"({"module": "keras", "class_name": "Sequential", "config": {"name": "s", "layers": [
-      {"module": "keras.layers", "class_name": "InputLayer", "config": {"batch_shape": [null, 4], "dtype": "float32", "name": "i"}},
-      {"class_name": "Dense", "config": {"name": "d", "units": 2}}]},
-      "compile_config": {"loss": "mse", "optimizer": {"module": "keras.optimizers", "class_name": "LossScaleOptimizer",
-        "config": {"name": "loss_scale_optimizer", "initial_scale": 256.0, "dynamic_growth_steps": 7, )" +
-                         extra + R"(
-          "inner_optimizer": {"module": "keras.optimizers", "class_name": "SGD", "config": {"learning_rate": 0.5}}}}}})";
-    write_zip(file("edited.keras"), {{"config.json", config}, {"model.weights.h5", weights}});
-    return file("edited.keras");
+    return edited_archive(
+        sequential_config(R"({"class_name": "Dense", "config": {"name": "d", "units": 2}})",
+                          R"("compile_config": {"loss": "mse", "optimizer": {"module": "keras.optimizers",
+        "class_name": "LossScaleOptimizer", "config": {"name": "loss_scale_optimizer", "initial_scale": 256.0,
+        "dynamic_growth_steps": 7, )" + extra + R"(
+        "inner_optimizer": {"module": "keras.optimizers", "class_name": "SGD", "config": {"learning_rate": 0.5}}}}})"),
+        weights);
   };
   std::shared_ptr<Model> earlier = load_model(archive_with(
       R"("dynamic": true, "weight_decay": null, "clipnorm": null, "global_clipnorm": null, "clipvalue": null,
