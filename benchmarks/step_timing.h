@@ -1,16 +1,20 @@
 // How the step benchmarks (data_parallel_step, model_parallel_step, transformer_step,
 // convnet_step) time a training step, written once: every process starts the step together
 // (a barrier) and the slowest process's time is the step's, as in a synchronised step; the
-// median over steps after warm-up is reported. And the float32 FMA roof of the engine's threads
-// (the widest vector FMA the CPU has), which their model-FLOPs utilisation is measured against
-// in the same run.
+// median over steps after warm-up is reported. And the roof their model-FLOPs utilisation is
+// measured against in the same run: the float32 FMA roof of the engine's threads (the widest
+// vector FMA the CPU has), or, for a step whose products run on the CPU's bf16 instructions,
+// the bf16 matmul roof (bf16_matmul_roof.h).
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "benchmarks/bf16_matmul_roof.h"
 #include "benchmarks/fma_roof.h"
+#include "engine/cpu/bfloat16_products.h"
 #include "keras.h"
 
 namespace keras_benchmarks {
@@ -67,6 +71,29 @@ inline FmaRoof fma_roof() {
     if (rate > roof.gflops) roof = {rate, std::string(width.name) + " FMA"};
   }
   return roof;
+}
+
+// The roof of the dtype a step's products compute in. Under a bfloat16 compute dtype, where the
+// engine multiplies bf16 on the CPU's bf16 instructions (engine/cpu/bfloat16_products.h): the
+// rate of oneDNN's 1024^3 bf16 matmul on every thread at once, median of 5, named after
+// oneDNN's kernel. Anywhere else the products run in float32 (float32 copies of 16-bit
+// operands included), and the roof is the FMA roof.
+inline FmaRoof compute_roof(keras::DType compute_dtype) {
+  if (compute_dtype != keras::bfloat16 || !keras::cpu::cpu_multiplies_bfloat16()) return fma_roof();
+  constexpr std::int64_t kSize = 1024;
+  const int threads = keras::num_threads();
+  std::vector<std::unique_ptr<Bf16Matmul>> products;
+  for (int thread = 0; thread < threads; ++thread) products.push_back(std::make_unique<Bf16Matmul>(kSize));
+  std::vector<double> rates;
+  for (int repeat = 0; repeat < 6; ++repeat) {  // the first is a warm-up
+    auto begin = std::chrono::steady_clock::now();
+    keras::parallel_for(threads, 1, [&](std::int64_t first, std::int64_t last) {
+      for (std::int64_t part = first; part < last; ++part) products[static_cast<std::size_t>(part)]->run();
+    });
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    if (repeat > 0) rates.push_back(products[0]->flops() * threads / seconds / 1e9);
+  }
+  return {median(rates), "bf16 matmul " + products[0]->implementation()};
 }
 
 }  // namespace keras_benchmarks

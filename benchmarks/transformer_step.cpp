@@ -71,7 +71,10 @@ int main(int argc, char** argv) {
     keras::Tensor sequences = keras::Tensor::from_vector<std::int64_t>(tokens, {options.batch_size, context + 1});
     keras::Tensor x = keras::ops::slice(sequences, {0, 0}, {options.batch_size, context});
     keras::Tensor y = keras::ops::slice(sequences, {0, 1}, {options.batch_size, context});
-    const keras_benchmarks::FmaRoof roof = keras_benchmarks::fma_roof();
+    // The roof of the dtype the products compute in (step_timing.h): the FMA roof, or the bf16
+    // matmul roof where mixed_bfloat16's products run on the CPU's bf16 instructions.
+    const keras_benchmarks::FmaRoof roof =
+        keras_benchmarks::compute_roof(keras::DTypePolicy(options.dtype_policy).compute_dtype());
     const double flops = byte_gpt::training_step_flops(options.model, options.batch_size, context);
 
     std::vector<std::string> modes;

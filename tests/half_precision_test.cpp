@@ -6,11 +6,15 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <optional>
 
 #if defined(__F16C__)
 #include <immintrin.h>
 #endif
 
+#include "engine/cpu/bfloat16_products.h"
+#include "engine/cpu/kernels.h"
+#include "engine/environment.h"
 #include "engine/half_precision.h"
 #include "tests/test_helpers.h"
 
@@ -160,6 +164,54 @@ TEST(HalfPrecisionTensors, OpsComputeInFloat32AndRoundOnce) {
   y.backward();
   EXPECT_EQ(w.grad().dtype(), float32);
   EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{256.0f, 1.0f, 1.0f}));
+}
+
+// The CPU's matmul on 16-bit tensors, in every orientation, with products large enough to be
+// split across the pool by rows and by columns (the op table's are one call each): on oneDNN's
+// bf16 matmul where the CPU multiplies bfloat16 (AMX, AVX512-BF16), on float32 copies elsewhere
+// and for float16; either way float32 accumulation and one rounding of each result.
+TEST(HalfPrecisionTensors, LargeProductsInEveryOrientationRoundOnce) {
+  struct Product {
+    std::int64_t batch, m, n, k;
+  };
+  // Tall (split by rows), wide (split by 64-column panels), batched, and small (one call).
+  const Product products[] = {{1, 160, 96, 300}, {1, 24, 700, 256}, {3, 64, 80, 200}, {1, 5, 7, 9}};
+  for (DType dtype : {bfloat16, float16}) {
+    for (const Product& p : products) {
+      for (bool transpose_a : {false, true}) {
+        for (bool transpose_b : {false, true}) {
+          Shape a_shape{transpose_a ? p.k : p.m, transpose_a ? p.m : p.k};
+          Shape b_shape{transpose_b ? p.n : p.k, transpose_b ? p.k : p.n};
+          Shape out_shape{p.m, p.n};
+          if (p.batch > 1) {
+            a_shape.insert(a_shape.begin(), p.batch);
+            b_shape.insert(b_shape.begin(), p.batch);
+            out_shape.insert(out_shape.begin(), p.batch);
+          }
+          Tensor a = testing::random_tensor(a_shape, 11, float32).astype(dtype);
+          Tensor b = testing::random_tensor(b_shape, 12, float32).astype(dtype);
+          Tensor out = Tensor::empty(out_shape, dtype), reference = Tensor::empty(out_shape, float64);
+          cpu::matmul(a, b, transpose_a, transpose_b, out);
+          cpu::matmul(a.astype(float64), b.astype(float64), transpose_a, transpose_b, reference);
+          double unit = dtype == bfloat16 ? 1.0 / 256 : 1.0 / 2048;
+          testing::expect_close(out.to_vector<double>(), reference.to_vector<double>(), unit,
+                                str(dtype_name(dtype), " ", p.batch, "x", p.m, "x", p.n, "x", p.k,
+                                    transpose_a ? " A^T" : "", transpose_b ? " B^T" : ""));
+        }
+      }
+    }
+  }
+}
+
+// Where the CPU has bf16 dot products (AVX512-BF16, which every AMX CPU has too), bfloat16
+// products run on them, not on float32 copies; elsewhere the route says why not.
+TEST(HalfPrecisionTensors, BFloat16ProductsUseTheCpusBfloat16InstructionsWhereItHasThem) {
+  std::string route = cpu::bfloat16_gemm_description();
+  std::printf("bfloat16 GEMM: %s\n", route.c_str());
+  std::optional<std::string> setting = environment::get("KERAS_CPU_BFLOAT16_GEMM");
+  if (setting && *setting == "0") GTEST_SKIP() << "KERAS_CPU_BFLOAT16_GEMM=0 turns it off";
+  bool has_bfloat16_instructions = __builtin_cpu_supports("avx512bf16");
+  EXPECT_EQ(cpu::cpu_multiplies_bfloat16(), has_bfloat16_instructions) << route;
 }
 
 // The CPU fuses broadcasting of a repeating operand (a bias, a scalar) on either side; the

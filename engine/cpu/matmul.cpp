@@ -1,5 +1,8 @@
 // CPU matrix multiplication. float32 goes to oneDNN's sgemm (A @ B^T to its matmul primitive,
-// see TransposedProductKernels), float64 to Eigen.
+// see TransposedProductKernels), float64 to Eigen. bfloat16 goes to oneDNN's bf16 matmul where
+// the CPU multiplies bfloat16 itself (AMX or AVX512-BF16; engine/cpu/bfloat16_products.h), and
+// otherwise, as float16 always, to sgemm on float32 copies rounded back once
+// (engine/float32_compute.h's rule, applied here because matmul is native on the CPU).
 // Measured here (one core, AVX-512, shapes of the 784-1024-1024-10 MLP at batch 128):
 // oneDNN sgemm 136-165 GFLOP/s, Eigen 3.4 125-135, Debian's OpenBLAS 0.3.21 serial 28
 // (71 with OPENBLAS_CORETYPE=Haswell), BLIS 0.9 65-75. We split the rows of the output across
@@ -13,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/cpu/bfloat16_products.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/onednn_threads.h"
 #include "engine/errors.h"
@@ -78,14 +82,35 @@ class TransposedProductKernels {
   std::vector<float> scratch_;
 };
 
-// One product op(A)[M,K] @ op(B)[K,N] = C[M,N], row-major. Split across the pool by rows of C
-// when C is tall, by columns when it is wide, and not at all when the product is small.
+// Splits one product C[M,N] = op(A)[M,K] @ op(B)[K,N] across the pool: by rows of C when C is
+// tall, by columns when it is wide, and not at all when the product is small. `run` computes the
+// rows [row_begin, row_end) and columns [column_begin, column_end) of C.
+template <typename Run>
+void split_product(std::int64_t m, std::int64_t n, std::int64_t k, Run&& run) {
+  // Below ~4 M multiply-adds (about 30 us on one core) waking a pool thread costs more than it
+  // saves: 128x1024x10 ran at 16 GFLOP/s on two threads against 48 on one (measured).
+  if (m * n * k < (std::int64_t{1} << 22)) {
+    run(0, m, 0, n);
+    return;
+  }
+  if (m >= n) {
+    parallel_for(m, 32, [&](std::int64_t begin, std::int64_t end) { run(begin, end, 0, n); });
+  } else {
+    // Blocks of 64 columns keep each part a whole number of oneDNN's column panels.
+    std::int64_t panels = (n + 63) / 64;
+    parallel_for(panels, 1, [&](std::int64_t begin, std::int64_t end) {
+      run(0, m, begin * 64, std::min(n, end * 64));
+    });
+  }
+}
+
+// One float32 product op(A)[M,K] @ op(B)[K,N] = C[M,N], row-major.
 void sgemm_rows(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n,
                 std::int64_t k, bool transpose_a, bool transpose_b) {
   std::int64_t lda = transpose_a ? m : k;
   std::int64_t ldb = transpose_b ? k : n;
-  auto run = [&](std::int64_t row_begin, std::int64_t row_end, std::int64_t column_begin,
-                 std::int64_t column_end) {
+  split_product(m, n, k, [&](std::int64_t row_begin, std::int64_t row_end, std::int64_t column_begin,
+                             std::int64_t column_end) {
     limit_openmp_to_this_thread();
     const float* a_part = transpose_a ? a + row_begin : a + row_begin * lda;
     const float* b_part = transpose_b ? b + column_begin * ldb : b + column_begin;
@@ -108,22 +133,28 @@ void sgemm_rows(const float* a, const float* b, float* c, std::int64_t m, std::i
       throw Error(str("oneDNN sgemm failed with status ", static_cast<int>(status), " for M=",
                       row_end - row_begin, " N=", column_end - column_begin, " K=", k));
     }
-  };
-  // Below ~4 M multiply-adds (about 30 us on one core) waking a pool thread costs more than it
-  // saves: 128x1024x10 ran at 16 GFLOP/s on two threads against 48 on one (measured).
-  if (m * n * k < (std::int64_t{1} << 22)) {
-    run(0, m, 0, n);
-    return;
-  }
-  if (m >= n) {
-    parallel_for(m, 32, [&](std::int64_t begin, std::int64_t end) { run(begin, end, 0, n); });
-  } else {
-    // Blocks of 64 columns keep each part a whole number of oneDNN's column panels.
-    std::int64_t panels = (n + 63) / 64;
-    parallel_for(panels, 1, [&](std::int64_t begin, std::int64_t end) {
-      run(0, m, begin * 64, std::min(n, end * 64));
-    });
-  }
+  });
+}
+
+// One bfloat16 product on the CPU's bf16 instructions, split as sgemm_rows. False (nothing
+// written) when oneDNN offers only its reference code for this shape: the caller then takes the
+// float32 route, which is faster than any reference loop.
+bool bfloat16_gemm_rows(const BFloat16* a, const BFloat16* b, BFloat16* c, std::int64_t m,
+                        std::int64_t n, std::int64_t k, bool transpose_a, bool transpose_b) {
+  std::int64_t lda = transpose_a ? m : k;
+  std::int64_t ldb = transpose_b ? k : n;
+  // Whether the whole product (the largest part) has a fast primitive, asked once up front so
+  // that no part is written when another part would be refused.
+  if (!bfloat16_product_is_fast(m, n, k, transpose_a, transpose_b)) return false;
+  split_product(m, n, k, [&](std::int64_t row_begin, std::int64_t row_end, std::int64_t column_begin,
+                             std::int64_t column_end) {
+    limit_openmp_to_this_thread();
+    const BFloat16* a_part = transpose_a ? a + row_begin : a + row_begin * lda;
+    const BFloat16* b_part = transpose_b ? b + column_begin * ldb : b + column_begin;
+    multiply_bfloat16(a_part, b_part, c + row_begin * n + column_begin, row_end - row_begin,
+                      column_end - column_begin, k, lda, ldb, n, transpose_a, transpose_b);
+  });
+  return true;
 }
 
 void dgemm_rows(const double* a, const double* b, double* c, std::int64_t m, std::int64_t n,
@@ -156,6 +187,28 @@ void matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b
     fill(out, 0.0);
     return;
   }
+  if (a.dtype() == bfloat16 && cpu_multiplies_bfloat16()) {
+    const auto* pa = static_cast<const BFloat16*>(a.raw_data());
+    const auto* pb = static_cast<const BFloat16*>(b.raw_data());
+    auto* pc = static_cast<BFloat16*>(out.raw_data());
+    bool done = true;
+    for (std::int64_t i = 0; i < batch && done; ++i) {
+      done = bfloat16_gemm_rows(pa + i * m * k, pb + i * k * n, pc + i * m * n, m, n, k, transpose_a,
+                                transpose_b);
+    }
+    if (done) return;
+  }
+  if (is_half_precision(a.dtype())) {
+    // float32 copies, one rounding of each result (engine/float32_compute.h).
+    Tensor wide_a = Tensor::empty(a.local_shape(), float32, a.device());
+    Tensor wide_b = Tensor::empty(b.local_shape(), float32, b.device());
+    Tensor wide_out = Tensor::empty(out.local_shape(), float32, out.device());
+    cast(a, wide_a);
+    cast(b, wide_b);
+    matmul(wide_a, wide_b, transpose_a, transpose_b, wide_out);
+    cast(wide_out, out);
+    return;
+  }
   if (a.dtype() == float32) {
     const float* pa = static_cast<const float*>(a.raw_data());
     const float* pb = static_cast<const float*>(b.raw_data());
@@ -175,7 +228,7 @@ void matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b
       }
     });
   } else {
-    throw DTypeError(str("matmul supports float32 and float64, got ", dtype_name(a.dtype())));
+    throw DTypeError(str("matmul supports float32, float64, bfloat16 and float16, got ", dtype_name(a.dtype())));
   }
 }
 
