@@ -46,7 +46,9 @@ int main(int argc, char** argv) {
     keras::Tensor y = keras::ops::cast(keras::ops::random({keras::RandomDistribution::uniform, 0, 10, 8},
                                                           {options.batch_size}, keras::float64),
                                        keras::int64);
-    const keras_benchmarks::FmaRoof roof = keras_benchmarks::fma_roof();
+    // The roof of the dtype the convolutions and products compute in (step_timing.h).
+    const keras_benchmarks::FmaRoof roof =
+        keras_benchmarks::compute_roof(keras::DTypePolicy(options.dtype_policy).compute_dtype());
     std::vector<std::string> modes = processes == 1 ? std::vector<std::string>{"none"}
                                                     : std::vector<std::string>{"data_parallel",
                                                                                "data_parallel_synchronized"};

@@ -5,9 +5,9 @@
 // half-precision outputs. This is XLA's rule for 16-bit ops its CPU and GPU backends have no
 // native kernel for (its float-normalization pass), and what keeps sums and matmul
 // accumulations in float32. A backend's own 16-bit kernels are listed below (is_native_on_cpu:
-// fused element-wise kernels, and matmul, which runs oneDNN's bf16 matmul where the CPU has AMX
-// or AVX512-BF16 and converts around float32 itself otherwise; is_native_on_gpu: cuBLAS' 16-bit
-// GEMM). The CPU's convolution converts around float32.
+// fused element-wise kernels, and matmul and convolution, which run oneDNN's bf16 primitives
+// where the CPU has AMX or AVX512-BF16 and convert around float32 themselves otherwise;
+// is_native_on_gpu: cuBLAS' 16-bit GEMM).
 //
 // The CPU backend (engine/cpu/cpu_backend.cpp) and the GPU kernel backend
 // (engine/cuda/kernel_backend.h) wrap each kernel with `call_in_float32`; the conversions run
@@ -48,11 +48,13 @@ KERAS_KERNELS(KERAS_CHECK_UPDATE_IS_LISTED)
 #undef KERAS_CHECK_UPDATE_IS_LISTED
 
 // The CPU's own: its element-wise and softmax kernels fuse the conversions into their loops
-// (engine/cpu/elementwise.cpp, softmax.cpp); matmul multiplies bfloat16 on the CPU's bf16
-// instructions where it has them (engine/cpu/bfloat16_products.h).
+// (engine/cpu/elementwise.cpp, softmax.cpp); matmul and convolution multiply bfloat16 on the
+// CPU's bf16 instructions where it has them (engine/cpu/bfloat16_products.h, convolution.cpp).
 inline bool is_native_on_cpu(std::string_view kernel) {
   return is_native(kernel) || kernel == "unary" || kernel == "unary_gradient" || kernel == "binary" ||
-         kernel == "softmax" || kernel == "softmax_gradient" || kernel == "matmul";
+         kernel == "softmax" || kernel == "softmax_gradient" || kernel == "matmul" ||
+         kernel == "convolution" || kernel == "convolution_input_gradient" ||
+         kernel == "convolution_kernel_gradient";
 }
 
 // The GPU's own: matmul and convolution run cuBLAS' 16-bit GEMM (float32 accumulation, tensor

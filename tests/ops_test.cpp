@@ -872,6 +872,41 @@ TEST(Convolution, BatchSplitOverThreadsMatchesFloat64) {
   testing::expect_close(actual[2], expected[2], 2e-3, "kernel gradient");
 }
 
+// The same split in bfloat16 and float16 (oneDNN's bf16 primitives where the CPU has AMX or
+// AVX512-BF16, float32 copies elsewhere): each result rounded once from float32 sums, the kernel
+// gradient's parts summed in float32. Against float64 on the same rounded inputs, with the op
+// table's tolerances (two units; four units of the largest for gradients).
+TEST(Convolution, HalfPrecisionBatchSplitOverThreadsRoundsOnce) {
+  int threads = num_threads();
+  set_num_threads(2);
+  for (DType dtype : {bfloat16, float16}) {
+    Tensor x = testing::random_tensor({8, 16, 16, 16}, 5, float32).astype(dtype);
+    Tensor kernel = testing::random_tensor({3, 3, 16, 32}, 6, float32).astype(dtype);
+    Tensor weights = testing::random_tensor({8, 8, 8, 32}, 7, float32).astype(dtype);
+    auto run = [&](DType compute) {
+      Tensor input = x.astype(compute).detach().clone().set_requires_grad(true);
+      Tensor filters = kernel.astype(compute).detach().clone().set_requires_grad(true);
+      Tensor out = ops::conv(input, filters, {2}, "same");
+      ops::sum(out * weights.astype(compute)).backward();
+      EXPECT_EQ(input.grad().dtype(), compute);
+      return std::vector<Values>{out.to_vector<double>(), input.grad().to_vector<double>(),
+                                 filters.grad().to_vector<double>()};
+    };
+    std::vector<Values> expected = run(float64), actual = run(dtype);
+    double unit = dtype == bfloat16 ? 1.0 / 256 : 1.0 / 2048;
+    auto largest = [](const Values& values) {
+      double most = 1.0;
+      for (double value : values) most = std::max(most, std::abs(value));
+      return most;
+    };
+    std::string name(dtype_name(dtype));
+    testing::expect_close(actual[0], expected[0], 2 * unit, name + " output");
+    testing::expect_close(actual[1], expected[1], 4 * unit * largest(expected[1]), name + " input gradient");
+    testing::expect_close(actual[2], expected[2], 4 * unit * largest(expected[2]), name + " kernel gradient");
+  }
+  set_num_threads(threads);
+}
+
 TEST(Convolution, BadInputsAreClearErrors) {
   using testing::expect_throw_with;
   Tensor x = Tensor::zeros({2, 5, 5, 4});

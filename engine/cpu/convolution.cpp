@@ -5,6 +5,12 @@
 // float64, which oneDNN does not have, runs the patch matrix of engine/window_rules.h through
 // Eigen: it is the op table's reference precision, not a training path.
 //
+// bfloat16 runs on oneDNN's bf16 primitives where the CPU multiplies bfloat16 itself (AMX or
+// AVX512-BF16, engine/cpu/bfloat16_products.h) and oneDNN has more than its reference loop for
+// the geometry: float32 accumulation, each result rounded once; the kernel gradient's parts are
+// written and summed in float32 and rounded once at the end. Elsewhere, and for float16, the
+// float32 primitives run on float32 copies (engine/float32_compute.h's rule).
+//
 // Threads: the batch is split over the engine's pool (engine/thread_pool.h), each part on
 // primitives of its own thread with OpenMP held to one thread; the parts of a kernel gradient
 // are summed at the end. Each thread keeps its primitives keyed by pass and geometry (a model
@@ -16,6 +22,8 @@
 #include <map>
 #include <vector>
 
+#include "engine/cpu/bfloat16_products.h"
+#include "engine/cpu/half_conversion.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/onednn_threads.h"
 #include "engine/errors.h"
@@ -28,37 +36,39 @@ namespace {
 enum class Pass { forward, backward_data, backward_weights };
 
 using Dims = dnnl::memory::dims;
-constexpr auto kFloat = dnnl::memory::data_type::f32;
+using DataType = dnnl::memory::data_type;
+constexpr auto kFloat = DataType::f32;
 
 dnnl::memory::desc channels_last(std::int64_t images, std::int64_t channels, std::int64_t height,
-                                 std::int64_t width) {
-  return dnnl::memory::desc(Dims{images, channels, height, width}, kFloat,
+                                 std::int64_t width, DataType type) {
+  return dnnl::memory::desc(Dims{images, channels, height, width}, type,
                             dnnl::memory::format_tag::nhwc);
 }
 
 // The Keras kernel layout in oneDNN's logical order: (filters, channels, h, w), or with groups
 // (groups, filters / groups, channels / groups, h, w).
-dnnl::memory::desc keras_kernel(const WindowGeometry& g) {
+dnnl::memory::desc keras_kernel(const WindowGeometry& g, DataType type) {
   std::int64_t filters = g.output_channels, group_channels = g.channels_per_group();
   std::int64_t row = g.window_width * group_channels * filters, column = group_channels * filters;
   if (g.groups == 1) {
     return dnnl::memory::desc(Dims{filters, group_channels, g.window_height, g.window_width},
-                              kFloat, Dims{1, filters, row, column});
+                              type, Dims{1, filters, row, column});
   }
   return dnnl::memory::desc(Dims{g.groups, g.filters_per_group(), group_channels, g.window_height,
                                  g.window_width},
-                            kFloat, Dims{g.filters_per_group(), 1, filters, row, column});
+                            type, Dims{g.filters_per_group(), 1, filters, row, column});
 }
 
 class ConvolutionPrimitives {
  public:
   // forward: (input, kernel) -> out; backward_data: (output_gradient, kernel) -> input_gradient;
-  // backward_weights: (input, output_gradient) -> kernel_gradient. `g` is the part's geometry.
-  void run(Pass pass, const WindowGeometry& g, const float* first, const float* second,
-           float* result) {
-    Entry& entry = entry_for(pass, g);
-    auto memory = [&](const dnnl::memory::desc& desc, const float* data) {
-      return dnnl::memory(desc, engine_, const_cast<float*>(data));
+  // backward_weights: (input, output_gradient) -> kernel_gradient. `g` is the part's geometry;
+  // `type` the activations' and kernel's data type (f32 or bf16); a kernel gradient is float32.
+  void run(Pass pass, const WindowGeometry& g, DataType type, const void* first, const void* second,
+           void* result) {
+    Entry& entry = entry_for(pass, g, type);
+    auto memory = [&](const dnnl::memory::desc& desc, const void* data) {
+      return dnnl::memory(desc, engine_, const_cast<void*>(data));
     };
     if (scratch_.size() * sizeof(float) < entry.scratchpad.get_size()) {
       scratch_.resize((entry.scratchpad.get_size() + sizeof(float) - 1) / sizeof(float));
@@ -102,28 +112,43 @@ class ConvolutionPrimitives {
     stream_.wait();
   }
 
+  // Whether oneDNN has more than its reference loop for this pass and geometry (bf16 asks).
+  bool is_fast(Pass pass, const WindowGeometry& g, DataType type) {
+    try {
+      return !std::string_view(entry_for(pass, g, type).implementation).starts_with("ref");
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }
+
  private:
   struct Entry {
     dnnl::memory::desc source, destination, weights, keras_weights, scratchpad;
     dnnl::primitive primitive;
     bool reorder = false;
     dnnl::reorder weights_reorder;
+    std::string implementation;
   };
-  using Key = std::array<std::int64_t, 19>;
+  using Key = std::array<std::int64_t, 20>;
 
-  Entry& entry_for(Pass pass, const WindowGeometry& g) {
+  Entry& entry_for(Pass pass, const WindowGeometry& g, DataType type) {
     Key key{static_cast<std::int64_t>(pass), g.batch, g.input_height, g.input_width,
             g.input_channels, g.output_height, g.output_width, g.output_channels,
             g.window_height, g.window_width, g.stride_height, g.stride_width, g.dilation_height,
-            g.dilation_width, g.pad_top, g.pad_left, g.pad_bottom, g.pad_right, g.groups};
+            g.dilation_width, g.pad_top, g.pad_left, g.pad_bottom, g.pad_right, g.groups,
+            static_cast<std::int64_t>(type)};
     auto found = entries_.find(key);
     if (found != entries_.end()) return found->second;
     Entry entry;
-    entry.source = channels_last(g.batch, g.input_channels, g.input_height, g.input_width);
-    entry.destination = channels_last(g.batch, g.output_channels, g.output_height, g.output_width);
-    entry.keras_weights = keras_kernel(g);
-    dnnl::memory::desc any_weights(entry.keras_weights.dims(), kFloat,
+    entry.source = channels_last(g.batch, g.input_channels, g.input_height, g.input_width, type);
+    entry.destination = channels_last(g.batch, g.output_channels, g.output_height, g.output_width, type);
+    // The kernel gradient is written in float32 whatever the activations' type.
+    const DataType weights_type = pass == Pass::backward_weights ? kFloat : type;
+    entry.keras_weights = keras_kernel(g, weights_type);
+    dnnl::memory::desc any_weights(entry.keras_weights.dims(), weights_type,
                                    dnnl::memory::format_tag::any);
+    // The forward pass a backward pass is described against has the activations' type throughout.
+    dnnl::memory::desc any_forward_weights(entry.keras_weights.dims(), type, dnnl::memory::format_tag::any);
     Dims strides{g.stride_height, g.stride_width};
     // oneDNN counts dilation from 0 (no dilation), Keras from 1.
     Dims dilation{g.dilation_height - 1, g.dilation_width - 1};
@@ -133,12 +158,13 @@ class ConvolutionPrimitives {
     dnnl::convolution_forward::primitive_desc forward(
         dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
                                         dnnl::algorithm::convolution_direct, entry.source,
-                                        any_weights, entry.destination, strides, dilation,
+                                        any_forward_weights, entry.destination, strides, dilation,
                                         padding_before, padding_after),
         attributes, engine_);
     if (pass == Pass::forward) {
       entry.weights = forward.weights_desc();
       entry.scratchpad = forward.scratchpad_desc();
+      entry.implementation = forward.impl_info_str();
       entry.primitive = dnnl::convolution_forward(forward);
     } else if (pass == Pass::backward_data) {
       dnnl::convolution_backward_data::primitive_desc data(
@@ -148,6 +174,7 @@ class ConvolutionPrimitives {
           attributes, engine_, forward);
       entry.weights = data.weights_desc();
       entry.scratchpad = data.scratchpad_desc();
+      entry.implementation = data.impl_info_str();
       entry.primitive = dnnl::convolution_backward_data(data);
     } else {
       dnnl::convolution_backward_weights::primitive_desc weights(
@@ -158,6 +185,7 @@ class ConvolutionPrimitives {
           attributes, engine_, forward);
       entry.weights = weights.diff_weights_desc();
       entry.scratchpad = weights.scratchpad_desc();
+      entry.implementation = weights.impl_info_str();
       entry.primitive = dnnl::convolution_backward_weights(weights);
     }
     entry.reorder = entry.weights != entry.keras_weights;
@@ -178,12 +206,16 @@ class ConvolutionPrimitives {
   std::vector<float> scratch_, weights_;
 };
 
-void run_part(Pass pass, const WindowGeometry& g, const float* first, const float* second,
-              float* result) {
-  limit_openmp_to_this_thread();
+ConvolutionPrimitives& primitives_of_this_thread() {
   thread_local ConvolutionPrimitives primitives;
+  return primitives;
+}
+
+void run_part(Pass pass, const WindowGeometry& g, DataType type, const void* first, const void* second,
+              void* result) {
+  limit_openmp_to_this_thread();
   try {
-    primitives.run(pass, g, first, second, result);
+    primitives_of_this_thread().run(pass, g, type, first, second, result);
   } catch (const dnnl::error& failure) {
     throw Error(str("oneDNN convolution failed (", failure.what(), ") for input (", g.batch, ", ",
                     g.input_height, ", ", g.input_width, ", ", g.input_channels, "), window (",
@@ -271,8 +303,50 @@ void convolution_kernel_gradient_float64(const double* input, const double* outp
 }
 
 void check_dtype(const Tensor& x, const char* what) {
-  if (x.dtype() != float32 && x.dtype() != float64) {
-    throw DTypeError(str(what, " supports float32 and float64, got ", dtype_name(x.dtype())));
+  if (x.dtype() != float32 && x.dtype() != float64 && !is_half_precision(x.dtype())) {
+    throw DTypeError(str(what, " supports float32, float64, bfloat16 and float16, got ", dtype_name(x.dtype())));
+  }
+}
+
+// The first part's geometry of a split over the pool (the others differ at most by one image).
+WindowGeometry first_part(const WindowGeometry& g, std::int64_t parts) {
+  WindowGeometry part = g;
+  part.batch = g.batch / parts;
+  return part;
+}
+
+// Whether a 16-bit pass runs on oneDNN's bf16 primitives (the rule at the top of this file);
+// otherwise it runs on float32 copies.
+bool runs_in_bfloat16(Pass pass, const WindowGeometry& g, DType dtype) {
+  return dtype == bfloat16 && cpu_multiplies_bfloat16() &&
+         primitives_of_this_thread().is_fast(pass, first_part(g, image_parts(g)), DataType::bf16);
+}
+
+// Element `index` of a float32 or bfloat16 tensor's data, for oneDNN.
+const void* at(const Tensor& x, std::int64_t index) {
+  return static_cast<const char*>(x.raw_data()) + index * static_cast<std::int64_t>(dtype_size(x.dtype()));
+}
+void* at(Tensor& x, std::int64_t index) {
+  return static_cast<char*>(x.raw_data()) + index * static_cast<std::int64_t>(dtype_size(x.dtype()));
+}
+
+DataType onednn_type(const Tensor& x) { return x.dtype() == bfloat16 ? DataType::bf16 : kFloat; }
+
+// The kernel gradient in float32 from float32 or bfloat16 activations: part 0 writes `dw`, the
+// others their own partial gradients, summed into it at the end.
+void kernel_gradient_parts(const Tensor& input, const Tensor& output_gradient, const WindowGeometry& geometry,
+                           DataType type, float* dw) {
+  const std::int64_t kernel_size = geometry.patch_size() * geometry.output_channels;
+  const std::int64_t parts = image_parts(geometry);
+  std::vector<float> partial(static_cast<std::size_t>((parts - 1) * kernel_size));
+  over_image_parts(geometry, parts, [&](std::int64_t part, std::int64_t first, const WindowGeometry& slice) {
+    float* target = part == 0 ? dw : partial.data() + (part - 1) * kernel_size;
+    run_part(Pass::backward_weights, slice, type, at(input, first * input_image_size(slice)),
+             at(output_gradient, first * output_image_size(slice)), target);
+  });
+  for (std::int64_t part = 1; part < parts; ++part) {
+    const float* add = partial.data() + (part - 1) * kernel_size;
+    for (std::int64_t i = 0; i < kernel_size; ++i) dw[i] += add[i];
   }
 }
 
@@ -291,12 +365,14 @@ void convolution(const Tensor& input, const Tensor& kernel, const WindowGeometry
                         elements_of<double>(out));
     return;
   }
-  const float* x = elements_of<float>(input);
-  const float* w = elements_of<float>(kernel);
-  float* y = elements_of<float>(out);
+  if (is_half_precision(input.dtype()) && !runs_in_bfloat16(Pass::forward, geometry, input.dtype())) {
+    round_into(out, [&](Tensor& wide) { convolution(float32_copy(input), float32_copy(kernel), geometry, wide); });
+    return;
+  }
+  const DataType type = onednn_type(input);
   over_image_parts(geometry, image_parts(geometry), [&](std::int64_t, std::int64_t first, const WindowGeometry& part) {
-    run_part(Pass::forward, part, x + first * input_image_size(part), w,
-             y + first * output_image_size(part));
+    run_part(Pass::forward, part, type, at(input, first * input_image_size(part)), kernel.raw_data(),
+             at(out, first * output_image_size(part)));
   });
 }
 
@@ -314,12 +390,16 @@ void convolution_input_gradient(const Tensor& output_gradient, const Tensor& ker
                                        elements_of<double>(input_gradient));
     return;
   }
-  const float* dy = elements_of<float>(output_gradient);
-  const float* w = elements_of<float>(kernel);
-  float* dx = elements_of<float>(input_gradient);
+  if (is_half_precision(kernel.dtype()) && !runs_in_bfloat16(Pass::backward_data, geometry, kernel.dtype())) {
+    round_into(input_gradient, [&](Tensor& wide) {
+      convolution_input_gradient(float32_copy(output_gradient), float32_copy(kernel), geometry, wide);
+    });
+    return;
+  }
+  const DataType type = onednn_type(kernel);
   over_image_parts(geometry, image_parts(geometry), [&](std::int64_t, std::int64_t first, const WindowGeometry& part) {
-    run_part(Pass::backward_data, part, dy + first * output_image_size(part), w,
-             dx + first * input_image_size(part));
+    run_part(Pass::backward_data, part, type, at(output_gradient, first * output_image_size(part)),
+             kernel.raw_data(), at(input_gradient, first * input_image_size(part)));
   });
 }
 
@@ -337,22 +417,19 @@ void convolution_kernel_gradient(const Tensor& input, const Tensor& output_gradi
                                         elements_of<double>(kernel_gradient));
     return;
   }
-  const float* x = elements_of<float>(input);
-  const float* dy = elements_of<float>(output_gradient);
-  float* dw = elements_of<float>(kernel_gradient);
-  std::int64_t kernel_size = kernel_gradient.size();
-  // Part 0 writes the result; the others write their own partial gradients, summed below.
-  std::int64_t parts = image_parts(geometry);
-  std::vector<float> partial(static_cast<std::size_t>((parts - 1) * kernel_size));
-  over_image_parts(geometry, parts, [&](std::int64_t part, std::int64_t first, const WindowGeometry& slice) {
-    float* target = part == 0 ? dw : partial.data() + (part - 1) * kernel_size;
-    run_part(Pass::backward_weights, slice, x + first * input_image_size(slice),
-             dy + first * output_image_size(slice), target);
-  });
-  for (std::int64_t part = 1; part < parts; ++part) {
-    const float* add = partial.data() + (part - 1) * kernel_size;
-    for (std::int64_t i = 0; i < kernel_size; ++i) dw[i] += add[i];
+  if (is_half_precision(input.dtype())) {
+    // The primitives write the gradient in float32 (its parts are summed there); one rounding.
+    const bool native = runs_in_bfloat16(Pass::backward_weights, geometry, input.dtype());
+    round_into(kernel_gradient, [&](Tensor& wide) {
+      if (native) {
+        kernel_gradient_parts(input, output_gradient, geometry, DataType::bf16, elements_of<float>(wide));
+      } else {
+        convolution_kernel_gradient(float32_copy(input), float32_copy(output_gradient), geometry, wide);
+      }
+    });
+    return;
   }
+  kernel_gradient_parts(input, output_gradient, geometry, kFloat, elements_of<float>(kernel_gradient));
 }
 
 }  // namespace keras::cpu

@@ -68,4 +68,11 @@ void narrow(const float* in, Float16* out, std::int64_t count) {
   for (; i < count; ++i) out[i] = Float16(in[i]);
 }
 
+Tensor float32_copy(const Tensor& x) {
+  if (!is_half_precision(x.dtype())) return x;
+  Tensor wide = Tensor::empty(x.local_shape(), float32, x.device());
+  cast(x, wide);
+  return wide;
+}
+
 }  // namespace keras::cpu

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/cpu/bfloat16_products.h"
+#include "engine/cpu/half_conversion.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/onednn_threads.h"
 #include "engine/errors.h"
@@ -200,13 +201,7 @@ void matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b
   }
   if (is_half_precision(a.dtype())) {
     // float32 copies, one rounding of each result (engine/float32_compute.h).
-    Tensor wide_a = Tensor::empty(a.local_shape(), float32, a.device());
-    Tensor wide_b = Tensor::empty(b.local_shape(), float32, b.device());
-    Tensor wide_out = Tensor::empty(out.local_shape(), float32, out.device());
-    cast(a, wide_a);
-    cast(b, wide_b);
-    matmul(wide_a, wide_b, transpose_a, transpose_b, wide_out);
-    cast(wide_out, out);
+    round_into(out, [&](Tensor& wide) { matmul(float32_copy(a), float32_copy(b), transpose_a, transpose_b, wide); });
     return;
   }
   if (a.dtype() == float32) {
