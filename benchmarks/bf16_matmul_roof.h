@@ -37,6 +37,9 @@ class Bf16Matmul {
         left_(static_cast<std::size_t>(size * size)),
         right_(static_cast<std::size_t>(size * size)),
         result_(static_cast<std::size_t>(size * size)) {
+    // oneDNN sizes a primitive's OpenMP team when it is made, not when it runs: held to one
+    // thread here, on the thread that makes it, as the engine holds its own.
+    omp_set_num_threads(1);
     using Dims = dnnl::memory::dims;
     using Type = dnnl::memory::data_type;
     using Tag = dnnl::memory::format_tag;

@@ -171,6 +171,8 @@ TEST(HalfPrecisionTensors, OpsComputeInFloat32AndRoundOnce) {
 // bf16 matmul where the CPU multiplies bfloat16 (AMX, AVX512-BF16), on float32 copies elsewhere
 // and for float16; either way float32 accumulation and one rounding of each result.
 TEST(HalfPrecisionTensors, LargeProductsInEveryOrientationRoundOnce) {
+  const int threads = num_threads();
+  set_num_threads(2);  // the splits need a second thread
   struct Product {
     std::int64_t batch, m, n, k;
   };
@@ -201,6 +203,18 @@ TEST(HalfPrecisionTensors, LargeProductsInEveryOrientationRoundOnce) {
       }
     }
   }
+  set_num_threads(threads);
+}
+
+// A 16-bit operand meeting a float32 one (a float32 seed's gradient through a bfloat16 product)
+// is read as 16 bits, never as float32: the product of float32 copies.
+TEST(HalfPrecisionTensors, AProductOfMixedDtypesReadsEachAsItIs) {
+  Tensor a = testing::random_tensor({40, 30}, 21, float32);
+  Tensor b = testing::random_tensor({30, 20}, 22, float32).astype(bfloat16);
+  Tensor out = Tensor::empty({40, 20}, float32), expected = Tensor::empty({40, 20}, float32);
+  cpu::matmul(a, b, false, false, out);
+  cpu::matmul(a, b.astype(float32), false, false, expected);
+  EXPECT_EQ(out.to_vector<float>(), expected.to_vector<float>());
 }
 
 // Where the CPU has bf16 dot products (AVX512-BF16, which every AMX CPU has too), bfloat16
@@ -210,7 +224,11 @@ TEST(HalfPrecisionTensors, BFloat16ProductsUseTheCpusBfloat16InstructionsWhereIt
   std::printf("bfloat16 GEMM: %s\n", route.c_str());
   std::optional<std::string> setting = environment::get("KERAS_CPU_BFLOAT16_GEMM");
   if (setting && *setting == "0") GTEST_SKIP() << "KERAS_CPU_BFLOAT16_GEMM=0 turns it off";
+#if defined(__x86_64__)
   bool has_bfloat16_instructions = __builtin_cpu_supports("avx512bf16");
+#else
+  bool has_bfloat16_instructions = false;
+#endif
   EXPECT_EQ(cpu::cpu_multiplies_bfloat16(), has_bfloat16_instructions) << route;
 }
 

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/cpu/onednn_threads.h"
 #include "engine/environment.h"
 #include "engine/errors.h"
 
@@ -50,10 +51,13 @@ bool is_reference(const dnnl::matmul::primitive_desc& description) {
 }
 
 // Each thread keeps its primitives, keyed by the part's shape, strides and transposes (a step
-// uses a handful), and its own scratchpad: no lock on the hot path.
+// uses a handful), and its own scratchpad: no lock on the hot path. oneDNN fixes a primitive's
+// OpenMP team size when it is created, so OpenMP is held to one thread before any is
+// (engine/cpu/onednn_threads.h), on the calling thread as on the pool's.
 class BFloat16Products {
  public:
   bool is_fast(const ProductKey& key) {
+    limit_openmp_to_this_thread();
     auto found = fast_.find(key);
     if (found != fast_.end()) return found->second;
     bool fast = false;
@@ -84,6 +88,7 @@ class BFloat16Products {
   };
 
   Entry& entry_for(const ProductKey& key) {
+    limit_openmp_to_this_thread();
     auto found = entries_.find(key);
     if (found != entries_.end()) return found->second;
     dnnl::matmul::primitive_desc description = describe(engine_, key);
@@ -125,6 +130,7 @@ const Decision& decision() {
       return result;
     }
     // The shape of a typical product, with the transposes the backward pass uses.
+    limit_openmp_to_this_thread();
     dnnl::engine engine(dnnl::engine::kind::cpu, 0);
     try {
       dnnl::matmul::primitive_desc probe = describe(engine, ProductKey{256, 256, 256, 256, 256, 256, false, true});

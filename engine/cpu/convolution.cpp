@@ -131,7 +131,10 @@ class ConvolutionPrimitives {
   };
   using Key = std::array<std::int64_t, 20>;
 
+  // oneDNN fixes a primitive's OpenMP team size when it is created: held to one thread first,
+  // on whichever thread creates it (is_fast runs on the calling thread).
   Entry& entry_for(Pass pass, const WindowGeometry& g, DataType type) {
+    limit_openmp_to_this_thread();
     Key key{static_cast<std::int64_t>(pass), g.batch, g.input_height, g.input_width,
             g.input_channels, g.output_height, g.output_width, g.output_channels,
             g.window_height, g.window_width, g.stride_height, g.stride_width, g.dilation_height,
@@ -315,11 +318,19 @@ WindowGeometry first_part(const WindowGeometry& g, std::int64_t parts) {
   return part;
 }
 
-// Whether a 16-bit pass runs on oneDNN's bf16 primitives (the rule at the top of this file);
-// otherwise it runs on float32 copies.
-bool runs_in_bfloat16(Pass pass, const WindowGeometry& g, DType dtype) {
-  return dtype == bfloat16 && cpu_multiplies_bfloat16() &&
+// Whether a pass's three tensors are all bfloat16 and it runs on oneDNN's bf16 primitives (the
+// rule at the top of this file).
+bool runs_in_bfloat16(Pass pass, const WindowGeometry& g, const Tensor& first, const Tensor& second,
+                      const Tensor& result) {
+  return first.dtype() == bfloat16 && second.dtype() == bfloat16 && result.dtype() == bfloat16 &&
+         cpu_multiplies_bfloat16() &&
          primitives_of_this_thread().is_fast(pass, first_part(g, image_parts(g)), DataType::bf16);
+}
+
+// Whether any of a pass's tensors is 16-bit: then, unless the pass runs in bfloat16, all of them
+// are computed on float32 copies (float32 tensors as they are).
+bool any_half(const Tensor& first, const Tensor& second, const Tensor& result) {
+  return is_half_precision(first.dtype()) || is_half_precision(second.dtype()) || is_half_precision(result.dtype());
 }
 
 // Element `index` of a float32 or bfloat16 tensor's data, for oneDNN.
@@ -365,7 +376,7 @@ void convolution(const Tensor& input, const Tensor& kernel, const WindowGeometry
                         elements_of<double>(out));
     return;
   }
-  if (is_half_precision(input.dtype()) && !runs_in_bfloat16(Pass::forward, geometry, input.dtype())) {
+  if (any_half(input, kernel, out) && !runs_in_bfloat16(Pass::forward, geometry, input, kernel, out)) {
     round_into(out, [&](Tensor& wide) { convolution(float32_copy(input), float32_copy(kernel), geometry, wide); });
     return;
   }
@@ -390,7 +401,8 @@ void convolution_input_gradient(const Tensor& output_gradient, const Tensor& ker
                                        elements_of<double>(input_gradient));
     return;
   }
-  if (is_half_precision(kernel.dtype()) && !runs_in_bfloat16(Pass::backward_data, geometry, kernel.dtype())) {
+  if (any_half(output_gradient, kernel, input_gradient) &&
+      !runs_in_bfloat16(Pass::backward_data, geometry, output_gradient, kernel, input_gradient)) {
     round_into(input_gradient, [&](Tensor& wide) {
       convolution_input_gradient(float32_copy(output_gradient), float32_copy(kernel), geometry, wide);
     });
@@ -417,9 +429,9 @@ void convolution_kernel_gradient(const Tensor& input, const Tensor& output_gradi
                                         elements_of<double>(kernel_gradient));
     return;
   }
-  if (is_half_precision(input.dtype())) {
+  if (any_half(input, output_gradient, kernel_gradient)) {
     // The primitives write the gradient in float32 (its parts are summed there); one rounding.
-    const bool native = runs_in_bfloat16(Pass::backward_weights, geometry, input.dtype());
+    const bool native = runs_in_bfloat16(Pass::backward_weights, geometry, input, output_gradient, kernel_gradient);
     round_into(kernel_gradient, [&](Tensor& wide) {
       if (native) {
         kernel_gradient_parts(input, output_gradient, geometry, DataType::bf16, elements_of<float>(wide));

@@ -84,17 +84,17 @@ class TransposedProductKernels {
 };
 
 // Splits one product C[M,N] = op(A)[M,K] @ op(B)[K,N] across the pool: by rows of C when C is
-// tall, by columns when it is wide, and not at all when the product is small. `run` computes the
-// rows [row_begin, row_end) and columns [column_begin, column_end) of C.
+// tall or `rows_only`, by columns when it is wide, and not at all when the product is small.
+// `run` computes the rows [row_begin, row_end) and columns [column_begin, column_end) of C.
 template <typename Run>
-void split_product(std::int64_t m, std::int64_t n, std::int64_t k, Run&& run) {
+void split_product(std::int64_t m, std::int64_t n, std::int64_t k, Run&& run, bool rows_only = false) {
   // Below ~4 M multiply-adds (about 30 us on one core) waking a pool thread costs more than it
   // saves: 128x1024x10 ran at 16 GFLOP/s on two threads against 48 on one (measured).
   if (m * n * k < (std::int64_t{1} << 22)) {
     run(0, m, 0, n);
     return;
   }
-  if (m >= n) {
+  if (m >= n || rows_only) {
     parallel_for(m, 32, [&](std::int64_t begin, std::int64_t end) { run(begin, end, 0, n); });
   } else {
     // Blocks of 64 columns keep each part a whole number of oneDNN's column panels.
@@ -147,6 +147,9 @@ bool bfloat16_gemm_rows(const BFloat16* a, const BFloat16* b, BFloat16* c, std::
   // Whether the whole product (the largest part) has a fast primitive, asked once up front so
   // that no part is written when another part would be refused.
   if (!bfloat16_product_is_fast(m, n, k, transpose_a, transpose_b)) return false;
+  // By rows only: a part of rows of C (and of A, untransposed) is a dense block, the only layout
+  // oneDNN's AMX kernels (brgemm) take; a column part of B and C is strided and would run on its
+  // slower gemm kernels. (A transposed A's row part is strided either way.)
   split_product(m, n, k, [&](std::int64_t row_begin, std::int64_t row_end, std::int64_t column_begin,
                              std::int64_t column_end) {
     limit_openmp_to_this_thread();
@@ -154,7 +157,7 @@ bool bfloat16_gemm_rows(const BFloat16* a, const BFloat16* b, BFloat16* c, std::
     const BFloat16* b_part = transpose_b ? b + column_begin * ldb : b + column_begin;
     multiply_bfloat16(a_part, b_part, c + row_begin * n + column_begin, row_end - row_begin,
                       column_end - column_begin, k, lda, ldb, n, transpose_a, transpose_b);
-  });
+  }, /*rows_only=*/true);
   return true;
 }
 
@@ -188,7 +191,7 @@ void matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b
     fill(out, 0.0);
     return;
   }
-  if (a.dtype() == bfloat16 && cpu_multiplies_bfloat16()) {
+  if (a.dtype() == bfloat16 && b.dtype() == bfloat16 && out.dtype() == bfloat16 && cpu_multiplies_bfloat16()) {
     const auto* pa = static_cast<const BFloat16*>(a.raw_data());
     const auto* pb = static_cast<const BFloat16*>(b.raw_data());
     auto* pc = static_cast<BFloat16*>(out.raw_data());
@@ -199,8 +202,9 @@ void matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b
     }
     if (done) return;
   }
-  if (is_half_precision(a.dtype())) {
-    // float32 copies, one rounding of each result (engine/float32_compute.h).
+  if (is_half_precision(a.dtype()) || is_half_precision(b.dtype()) || is_half_precision(out.dtype())) {
+    // float32 copies, one rounding of each result (engine/float32_compute.h); also where a
+    // 16-bit tensor meets a float32 one (a float32 seed's gradient).
     round_into(out, [&](Tensor& wide) { matmul(float32_copy(a), float32_copy(b), transpose_a, transpose_b, wide); });
     return;
   }
