@@ -14,7 +14,7 @@
 
 #include "benchmarks/bf16_matmul_roof.h"
 #include "benchmarks/fma_roof.h"
-#include "engine/cpu/bfloat16_products.h"
+#include "engine/cpu/matmul_primitives.h"
 #include "keras.h"
 
 namespace keras_benchmarks {
@@ -74,7 +74,7 @@ inline FmaRoof fma_roof() {
 }
 
 // The roof of the dtype a step's products compute in. Under a bfloat16 compute dtype, where the
-// engine multiplies bf16 on the CPU's bf16 instructions (engine/cpu/bfloat16_products.h): the
+// engine multiplies bf16 on the CPU's bf16 instructions (engine/cpu/matmul_primitives.h): the
 // rate of oneDNN's 1024^3 bf16 matmul on every thread at once, median of 5, named after
 // oneDNN's kernel. Anywhere else the products run in float32 (float32 copies of 16-bit
 // operands included), and the roof is the FMA roof.

@@ -12,7 +12,7 @@
 #include <immintrin.h>
 #endif
 
-#include "engine/cpu/bfloat16_products.h"
+#include "engine/cpu/matmul_primitives.h"
 #include "engine/cpu/kernels.h"
 #include "engine/environment.h"
 #include "engine/half_precision.h"

@@ -6,7 +6,7 @@
 // Eigen: it is the op table's reference precision, not a training path.
 //
 // bfloat16 runs on oneDNN's bf16 primitives where the CPU multiplies bfloat16 itself (AMX or
-// AVX512-BF16, engine/cpu/bfloat16_products.h) and oneDNN has more than its reference loop for
+// AVX512-BF16, engine/cpu/matmul_primitives.h) and oneDNN has more than its reference loop for
 // the geometry: float32 accumulation, each result rounded once; the kernel gradient's parts are
 // written and summed in float32 and rounded once at the end. Elsewhere, and for float16, the
 // float32 primitives run on float32 copies (engine/float32_compute.h's rule).
@@ -22,7 +22,7 @@
 #include <map>
 #include <vector>
 
-#include "engine/cpu/bfloat16_products.h"
+#include "engine/cpu/matmul_primitives.h"
 #include "engine/cpu/half_conversion.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/onednn_threads.h"

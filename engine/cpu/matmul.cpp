@@ -1,8 +1,8 @@
-// CPU matrix multiplication. float32 goes to oneDNN's sgemm (A @ B^T to its matmul primitive,
-// see TransposedProductKernels), float64 to Eigen. bfloat16 goes to oneDNN's bf16 matmul where
-// the CPU multiplies bfloat16 itself (AMX or AVX512-BF16; engine/cpu/bfloat16_products.h), and
-// otherwise, as float16 always, to sgemm on float32 copies rounded back once
-// (engine/float32_compute.h's rule, applied here because matmul is native on the CPU).
+// CPU matrix multiplication. float32 goes to oneDNN's sgemm (A @ B^T to its matmul primitive),
+// float64 to Eigen. bfloat16 goes to oneDNN's bf16 matmul where the CPU multiplies bfloat16
+// itself (AMX or AVX512-BF16), and otherwise, as float16 always, to sgemm on float32 copies
+// rounded back once (engine/float32_compute.h's rule, applied here because matmul is native on
+// the CPU). The matmul primitives and the bfloat16 decision: engine/cpu/matmul_primitives.h.
 // Measured here (one core, AVX-512, shapes of the 784-1024-1024-10 MLP at batch 128):
 // oneDNN sgemm 136-165 GFLOP/s, Eigen 3.4 125-135, Debian's OpenBLAS 0.3.21 serial 28
 // (71 with OPENBLAS_CORETYPE=Haswell), BLIS 0.9 65-75. We split the rows of the output across
@@ -12,76 +12,16 @@
 
 #include <Eigen/Core>
 #include <algorithm>
-#include <map>
-#include <tuple>
-#include <vector>
 
-#include "engine/cpu/bfloat16_products.h"
 #include "engine/cpu/half_conversion.h"
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/matmul_primitives.h"
 #include "engine/cpu/onednn_threads.h"
 #include "engine/errors.h"
 #include "engine/thread_pool.h"
 
 namespace keras::cpu {
 namespace {
-
-// A @ B^T through oneDNN's matmul primitive (its brgemm kernels) rather than sgemm: for the
-// MLP's input gradient 128x1024x1024 with B transposed, sgemm reached 86 GFLOP/s on one Zen 4
-// core and the primitive 96-98 (BM_TrainingStepProduct/4; 115 is the FMA roof); for the other
-// transpositions sgemm was as fast or faster (99 against 94 for A @ B), so only this case moves.
-// Each thread keeps its own primitives, keyed by the part's shape and strides (a step uses a
-// handful), and its own scratchpad, so no lock is taken on the hot path.
-class TransposedProductKernels {
- public:
-  void run(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n, std::int64_t k,
-           std::int64_t lda, std::int64_t ldb, std::int64_t ldc) {
-    Entry& entry = entry_for(m, n, k, lda, ldb, ldc);
-    dnnl::memory source(entry.source, engine_, const_cast<float*>(a));
-    dnnl::memory weights(entry.weights, engine_, const_cast<float*>(b));
-    dnnl::memory destination(entry.destination, engine_, c);
-    dnnl::memory scratchpad(entry.scratchpad, engine_, scratch_.data());
-    entry.primitive.execute(stream_, {{DNNL_ARG_SRC, source},
-                                      {DNNL_ARG_WEIGHTS, weights},
-                                      {DNNL_ARG_DST, destination},
-                                      {DNNL_ARG_SCRATCHPAD, scratchpad}});
-  }
-
- private:
-  struct Entry {
-    dnnl::memory::desc source, weights, destination, scratchpad;
-    dnnl::matmul primitive;
-  };
-
-  Entry& entry_for(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda, std::int64_t ldb,
-                   std::int64_t ldc) {
-    auto key = std::make_tuple(m, n, k, lda, ldb, ldc);
-    auto found = entries_.find(key);
-    if (found != entries_.end()) return found->second;
-    using Dims = dnnl::memory::dims;
-    constexpr auto f32 = dnnl::memory::data_type::f32;
-    // Row-major A (m x k, row stride lda), B^T given as B stored n x k (row stride ldb), C m x n.
-    dnnl::memory::desc source(Dims{m, k}, f32, Dims{lda, 1});
-    dnnl::memory::desc weights(Dims{k, n}, f32, Dims{1, ldb});
-    dnnl::memory::desc destination(Dims{m, n}, f32, Dims{ldc, 1});
-    dnnl::primitive_attr attributes;
-    attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::matmul::primitive_desc description(dnnl::matmul::desc(source, weights, destination),
-                                             attributes, engine_);
-    dnnl::memory::desc scratchpad = description.scratchpad_desc();
-    if (scratch_.size() * sizeof(float) < scratchpad.get_size()) {
-      scratch_.resize((scratchpad.get_size() + sizeof(float) - 1) / sizeof(float));
-    }
-    return entries_.emplace(key, Entry{source, weights, destination, scratchpad, dnnl::matmul(description)})
-        .first->second;
-  }
-
-  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream_{engine_};
-  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>, Entry>
-      entries_;
-  std::vector<float> scratch_;
-};
 
 // Splits one product C[M,N] = op(A)[M,K] @ op(B)[K,N] across the pool: by rows of C when C is
 // tall or `rows_only`, by columns when it is wide, and not at all when the product is small.
@@ -115,15 +55,9 @@ void sgemm_rows(const float* a, const float* b, float* c, std::int64_t m, std::i
     limit_openmp_to_this_thread();
     const float* a_part = transpose_a ? a + row_begin : a + row_begin * lda;
     const float* b_part = transpose_b ? b + column_begin * ldb : b + column_begin;
-    if (transpose_b && !transpose_a) {
-      thread_local TransposedProductKernels kernels;
-      try {
-        kernels.run(a_part, b_part, c + row_begin * n + column_begin, row_end - row_begin,
-                    column_end - column_begin, k, lda, ldb, n);
-      } catch (const dnnl::error& failure) {
-        throw Error(str("oneDNN matmul failed (", failure.what(), ") for M=", row_end - row_begin,
-                        " N=", column_end - column_begin, " K=", k, " with B transposed"));
-      }
+    if (transpose_b && !transpose_a) {  // faster on the primitive (matmul_primitives.h)
+      run_matmul_primitive(float32, a_part, b_part, c + row_begin * n + column_begin,
+                           {row_end - row_begin, column_end - column_begin, k, lda, ldb, n, false, true});
       return;
     }
     dnnl_status_t status =
@@ -146,7 +80,7 @@ bool bfloat16_gemm_rows(const BFloat16* a, const BFloat16* b, BFloat16* c, std::
   std::int64_t ldb = transpose_b ? k : n;
   // Whether the whole product (the largest part) has a fast primitive, asked once up front so
   // that no part is written when another part would be refused.
-  if (!bfloat16_product_is_fast(m, n, k, transpose_a, transpose_b)) return false;
+  if (!matmul_primitive_is_fast(bfloat16, {m, n, k, lda, ldb, n, transpose_a, transpose_b})) return false;
   // By rows only: a part of rows of C (and of A, untransposed) is a dense block, the only layout
   // oneDNN's AMX kernels (brgemm) take; a column part of B and C is strided and would run on its
   // slower gemm kernels. (A transposed A's row part is strided either way.)
@@ -155,8 +89,8 @@ bool bfloat16_gemm_rows(const BFloat16* a, const BFloat16* b, BFloat16* c, std::
     limit_openmp_to_this_thread();
     const BFloat16* a_part = transpose_a ? a + row_begin : a + row_begin * lda;
     const BFloat16* b_part = transpose_b ? b + column_begin * ldb : b + column_begin;
-    multiply_bfloat16(a_part, b_part, c + row_begin * n + column_begin, row_end - row_begin,
-                      column_end - column_begin, k, lda, ldb, n, transpose_a, transpose_b);
+    run_matmul_primitive(bfloat16, a_part, b_part, c + row_begin * n + column_begin,
+                         {row_end - row_begin, column_end - column_begin, k, lda, ldb, n, transpose_a, transpose_b});
   }, /*rows_only=*/true);
   return true;
 }

@@ -1,6 +1,6 @@
-// oneDNN's bf16 matmul behind engine/cpu/bfloat16_products.h: the run-time decision and the
-// per-thread primitives.
-#include "engine/cpu/bfloat16_products.h"
+// oneDNN's matmul primitives behind engine/cpu/matmul_primitives.h: the per-thread cache and the
+// run-time bfloat16 decision.
+#include "engine/cpu/matmul_primitives.h"
 
 #include <dnnl.hpp>
 
@@ -18,7 +18,7 @@ namespace keras::cpu {
 namespace {
 
 using Dims = dnnl::memory::dims;
-constexpr auto kBFloat16 = dnnl::memory::data_type::bf16;
+using DataType = dnnl::memory::data_type;
 
 // oneDNN's ISA values are nested bit sets: an ISA "has" avx512_core_bf16 when it holds all of
 // its bits (avx512_core_amx does; avx2_vnni, avx512_core and earlier do not).
@@ -28,21 +28,33 @@ bool isa_has_bfloat16_dot_products(dnnl::cpu_isa isa) {
   return (bits & required) == required;
 }
 
-// A row-major m x k operand with row stride `leading`, or its transpose stored k x m.
-dnnl::memory::desc operand(std::int64_t rows, std::int64_t columns, std::int64_t leading, bool transposed) {
-  return dnnl::memory::desc(Dims{rows, columns}, kBFloat16, transposed ? Dims{1, leading} : Dims{leading, 1});
+DataType onednn_type(DType dtype) {
+  if (dtype == float32) return DataType::f32;
+  if (dtype == bfloat16) return DataType::bf16;
+  throw DTypeError(str("oneDNN's matmul here takes float32 or bfloat16, got ", dtype_name(dtype)));
 }
 
-using ProductKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                              std::int64_t, bool, bool>;
+// A row-major rows x columns operand with row stride `leading`, or its transpose stored
+// columns x rows.
+dnnl::memory::desc operand(std::int64_t rows, std::int64_t columns, std::int64_t leading, bool transposed,
+                           DataType type) {
+  return dnnl::memory::desc(Dims{rows, columns}, type, transposed ? Dims{1, leading} : Dims{leading, 1});
+}
 
-dnnl::matmul::primitive_desc describe(const dnnl::engine& engine, const ProductKey& key) {
-  auto [m, n, k, lda, ldb, ldc, transpose_a, transpose_b] = key;
+using Key = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                       bool, bool>;
+
+Key key_of(DataType type, const ProductLayout& p) {
+  return Key{static_cast<int>(type), p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.transpose_a, p.transpose_b};
+}
+
+dnnl::matmul::primitive_desc describe(const dnnl::engine& engine, DataType type, const ProductLayout& p) {
   dnnl::primitive_attr attributes;
   attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::memory::desc destination(Dims{m, n}, kBFloat16, Dims{ldc, 1});
+  dnnl::memory::desc destination(Dims{p.m, p.n}, type, Dims{p.ldc, 1});
   return dnnl::matmul::primitive_desc(
-      dnnl::matmul::desc(operand(m, k, lda, transpose_a), operand(k, n, ldb, transpose_b), destination),
+      dnnl::matmul::desc(operand(p.m, p.k, p.lda, p.transpose_a, type),
+                         operand(p.k, p.n, p.ldb, p.transpose_b, type), destination),
       attributes, engine);
 }
 
@@ -50,29 +62,29 @@ bool is_reference(const dnnl::matmul::primitive_desc& description) {
   return std::string_view(description.impl_info_str()).starts_with("ref");
 }
 
-// Each thread keeps its primitives, keyed by the part's shape, strides and transposes (a step
-// uses a handful), and its own scratchpad: no lock on the hot path. oneDNN fixes a primitive's
-// OpenMP team size when it is created, so OpenMP is held to one thread before any is
-// (engine/cpu/onednn_threads.h), on the calling thread as on the pool's.
-class BFloat16Products {
+// One thread's primitives, keyed by dtype and layout (a step uses a handful), and its scratchpad.
+// oneDNN fixes a primitive's OpenMP team size when it is made, so OpenMP is held to one thread
+// first, on the calling thread as on the pool's.
+class MatmulPrimitives {
  public:
-  bool is_fast(const ProductKey& key) {
+  bool is_fast(DataType type, const ProductLayout& layout) {
     limit_openmp_to_this_thread();
+    Key key = key_of(type, layout);
     auto found = fast_.find(key);
     if (found != fast_.end()) return found->second;
     bool fast = false;
     try {
-      fast = !is_reference(describe(engine_, key));
+      fast = !is_reference(describe(engine_, type, layout));
     } catch (const dnnl::error&) {
       fast = false;
     }
     return fast_.emplace(key, fast).first->second;
   }
 
-  void run(const ProductKey& key, const BFloat16* a, const BFloat16* b, BFloat16* c) {
-    Entry& entry = entry_for(key);
-    dnnl::memory source(entry.source, engine_, const_cast<BFloat16*>(a));
-    dnnl::memory weights(entry.weights, engine_, const_cast<BFloat16*>(b));
+  void run(DataType type, const void* a, const void* b, void* c, const ProductLayout& layout) {
+    Entry& entry = entry_for(type, layout);
+    dnnl::memory source(entry.source, engine_, const_cast<void*>(a));
+    dnnl::memory weights(entry.weights, engine_, const_cast<void*>(b));
     dnnl::memory destination(entry.destination, engine_, c);
     dnnl::memory scratchpad(entry.scratchpad, engine_, scratch_.data());
     entry.primitive.execute(stream_, {{DNNL_ARG_SRC, source},
@@ -87,11 +99,12 @@ class BFloat16Products {
     dnnl::matmul primitive;
   };
 
-  Entry& entry_for(const ProductKey& key) {
+  Entry& entry_for(DataType type, const ProductLayout& layout) {
     limit_openmp_to_this_thread();
+    Key key = key_of(type, layout);
     auto found = entries_.find(key);
     if (found != entries_.end()) return found->second;
-    dnnl::matmul::primitive_desc description = describe(engine_, key);
+    dnnl::matmul::primitive_desc description = describe(engine_, type, layout);
     dnnl::memory::desc scratchpad = description.scratchpad_desc();
     if (scratch_.size() < scratchpad.get_size()) scratch_.resize(scratchpad.get_size());
     return entries_
@@ -102,14 +115,14 @@ class BFloat16Products {
 
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream_{engine_};
-  std::map<ProductKey, bool> fast_;
-  std::map<ProductKey, Entry> entries_;
+  std::map<Key, bool> fast_;
+  std::map<Key, Entry> entries_;
   std::vector<unsigned char> scratch_;
 };
 
-BFloat16Products& products_of_this_thread() {
-  thread_local BFloat16Products products;
-  return products;
+MatmulPrimitives& primitives_of_this_thread() {
+  thread_local MatmulPrimitives primitives;
+  return primitives;
 }
 
 struct Decision {
@@ -129,11 +142,13 @@ const Decision& decision() {
       result.description = "none (the CPU has no AMX or AVX512-BF16); float32 copies";
       return result;
     }
-    // The shape of a typical product, with the transposes the backward pass uses.
+    // A typical product, with B transposed as the forward pass of a Dense layer's input
+    // gradient has it.
     limit_openmp_to_this_thread();
     dnnl::engine engine(dnnl::engine::kind::cpu, 0);
     try {
-      dnnl::matmul::primitive_desc probe = describe(engine, ProductKey{256, 256, 256, 256, 256, 256, false, true});
+      dnnl::matmul::primitive_desc probe =
+          describe(engine, DataType::bf16, ProductLayout{256, 256, 256, 256, 256, 256, false, true});
       if (is_reference(probe)) {
         result.description = str("none (oneDNN offers only ", probe.impl_info_str(), "); float32 copies");
         return result;
@@ -154,20 +169,17 @@ bool cpu_multiplies_bfloat16() { return decision().native; }
 
 std::string bfloat16_gemm_description() { return decision().description; }
 
-bool bfloat16_product_is_fast(std::int64_t m, std::int64_t n, std::int64_t k, bool transpose_a,
-                              bool transpose_b) {
-  std::int64_t lda = transpose_a ? m : k, ldb = transpose_b ? k : n;
-  return products_of_this_thread().is_fast(ProductKey{m, n, k, lda, ldb, n, transpose_a, transpose_b});
+bool matmul_primitive_is_fast(DType dtype, const ProductLayout& layout) {
+  return primitives_of_this_thread().is_fast(onednn_type(dtype), layout);
 }
 
-void multiply_bfloat16(const BFloat16* a, const BFloat16* b, BFloat16* c, std::int64_t m,
-                       std::int64_t n, std::int64_t k, std::int64_t lda, std::int64_t ldb,
-                       std::int64_t ldc, bool transpose_a, bool transpose_b) {
+void run_matmul_primitive(DType dtype, const void* a, const void* b, void* c, const ProductLayout& layout) {
   try {
-    products_of_this_thread().run(ProductKey{m, n, k, lda, ldb, ldc, transpose_a, transpose_b}, a, b, c);
+    primitives_of_this_thread().run(onednn_type(dtype), a, b, c, layout);
   } catch (const dnnl::error& failure) {
-    throw Error(str("oneDNN bf16 matmul failed (", failure.what(), ") for M=", m, " N=", n, " K=", k,
-                    transpose_a ? " with A transposed" : "", transpose_b ? " with B transposed" : ""));
+    throw Error(str("oneDNN ", dtype_name(dtype), " matmul failed (", failure.what(), ") for M=", layout.m,
+                    " N=", layout.n, " K=", layout.k, layout.transpose_a ? " with A transposed" : "",
+                    layout.transpose_b ? " with B transposed" : ""));
   }
 }
 
