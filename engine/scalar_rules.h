@@ -15,6 +15,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "engine/float_math.h"
 #include "engine/half_precision.h"
 #include "engine/host_device.h"
 
@@ -180,9 +181,27 @@ inline constexpr double kInverseSqrtTwoPi = 0.39894228040143267793994605993438;
 inline constexpr double kSqrtTwoOverPi = 0.79788456080286535587989211986876;
 inline constexpr double kGeluCubic = 0.044715;  // the tanh form's cubic coefficient
 
+// erf and exp in the loops of GELU and softmax: on the CPU, float32 takes engine/float_math.h's
+// branch-free forms, which those loops vectorise (glibc's are calls, one element at a time);
+// the GPU and float64 take the library's.
+template <typename T>
+KERAS_HOST_DEVICE T vectorizable_erf(T x) {
+#ifndef __CUDA_ARCH__
+  if constexpr (std::is_same_v<T, float>) return float_math::erf(x);
+#endif
+  return std::erf(x);
+}
+template <typename T>
+KERAS_HOST_DEVICE T vectorizable_exp(T x) {
+#ifndef __CUDA_ARCH__
+  if constexpr (std::is_same_v<T, float>) return float_math::exp(x);
+#endif
+  return std::exp(x);
+}
+
 template <typename T>
 KERAS_HOST_DEVICE T gelu(T x) {
-  return static_cast<T>(0.5) * x * (static_cast<T>(1) + std::erf(x * static_cast<T>(kSqrtHalf)));
+  return static_cast<T>(0.5) * x * (static_cast<T>(1) + vectorizable_erf(x * static_cast<T>(kSqrtHalf)));
 }
 
 // The tanh form, keras.ops.gelu(approximate=True): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
@@ -222,8 +241,8 @@ KERAS_HOST_DEVICE T sigmoid_derivative(T x) {
 
 template <typename T>
 KERAS_HOST_DEVICE T gelu_derivative(T x) {
-  T cdf = T{0.5} * (T{1} + std::erf(x * static_cast<T>(kSqrtHalf)));
-  T pdf = std::exp(T{-0.5} * x * x) * static_cast<T>(kInverseSqrtTwoPi);
+  T cdf = T{0.5} * (T{1} + vectorizable_erf(x * static_cast<T>(kSqrtHalf)));
+  T pdf = vectorizable_exp(T{-0.5} * x * x) * static_cast<T>(kInverseSqrtTwoPi);
   return cdf + x * pdf;
 }
 
