@@ -20,7 +20,7 @@ for argument in "$@"; do
     *) echo "install_dependencies.sh: unknown argument '$argument' (known: --plots, --slurm)" >&2; exit 2 ;;
   esac
 done
-packages=(cmake g++ make pkg-config libeigen3-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev libhdf5-dev libzip-dev
+packages=(cmake ninja-build g++ make pkg-config libeigen3-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev libhdf5-dev libzip-dev
           libgtest-dev libbenchmark-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libpcre2-dev libgloo-dev libssl-dev fortunes iptables
           clang-14 libclang-rt-14-dev libomp-14-dev)
 if [ "$plots" = 1 ]; then packages+=(python3-matplotlib); fi
