@@ -20,6 +20,7 @@
 
 #include "engine/errors.h"
 #include "engine/ops.h"
+#include "io/file_pointer.h"
 
 namespace keras::io {
 namespace {
@@ -31,11 +32,6 @@ constexpr std::uint64_t kMaxGzipExpansion = 1032;
 constexpr const char* kFashionMnistHint =
     "install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) "
     "or pass the directory that holds the four Fashion-MNIST .gz files";
-
-struct FileCloser {
-  void operator()(std::FILE* file) const { std::fclose(file); }
-};
-using FilePointer = std::unique_ptr<std::FILE, FileCloser>;
 
 std::string hex_byte(unsigned value) {
   constexpr const char* digits = "0123456789ABCDEF";

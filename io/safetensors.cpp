@@ -21,6 +21,7 @@
 
 #include "engine/errors.h"
 #include "io/atomic_file.h"
+#include "io/file_pointer.h"
 
 namespace keras::io {
 namespace {
@@ -62,8 +63,6 @@ std::optional<DType> dtype_from_safetensors_name(std::string_view name) {
   return std::nullopt;
 }
 
-std::string errno_text(int error_number) { return std::strerror(error_number); }
-
 // A JSON value in a few words: scalars as they appear in the file (strings quoted and cut
 // short), containers by their kind and size, never recursing into them, so that no field of
 // any size or depth can flood a message or take unbounded time (or stack) to describe.
@@ -73,11 +72,6 @@ std::string describe(const Json& value) {
   if (value.is_string()) return quote_input(value.get_ref<const std::string&>(), 60);
   return value.dump();
 }
-
-struct FileCloser {
-  void operator()(std::FILE* file) const { std::fclose(file); }
-};
-using FilePointer = std::unique_ptr<std::FILE, FileCloser>;
 
 // SAX handler of the header's validation pass: nesting depth and keys that appear twice in one
 // object. It stops the parse (returns false) at the first problem, which it keeps.
@@ -330,7 +324,7 @@ std::vector<std::pair<std::string, Tensor>> load_safetensors(
   }
   FilePointer file(std::fopen(path.c_str(), "rb"));
   if (!file) {
-    throw FileNotFoundError(str("load_safetensors: cannot open '", path, "': ", errno_text(errno)));
+    throw FileNotFoundError(str("load_safetensors: cannot open '", path, "': ", std::strerror(errno)));
   }
   HeaderReader reader(path);
   std::error_code size_error;

@@ -9,9 +9,6 @@
 namespace keras::distribution {
 namespace {
 
-// The most processes a launcher may name (initialize() checks its own limit again).
-constexpr std::int64_t kMaximumProcesses = 1 << 20;
-
 // The names among `names` whose variables are unset, joined for a message.
 std::string missing(const std::vector<const char*>& names) {
   std::string text;

@@ -6,10 +6,15 @@
 // a port derived from SLURM_JOB_ID, as JAX's initialize() derives it. A job under mpirun is
 // mpirun's (checked before these). Every number is validated with the variable named.
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 
 namespace keras::distribution {
+
+// The most processes a job may name, through a launcher's variables or initialize()'s: far
+// beyond any machine here, small enough that no count derived from it overflows.
+inline constexpr std::int64_t kMaximumProcesses = 1 << 20;
 
 struct LauncherJob {
   std::string launcher;     // "torchrun's variables" or "Slurm", for messages

@@ -49,9 +49,6 @@ void ignore_broken_pipes() {
   ::sigaction(SIGPIPE, &ignore, nullptr);
 }
 
-// The most processes a job may name; far beyond any machine here, small enough that no count
-// derived from it overflows.
-constexpr std::int64_t kMaximumProcesses = 1 << 20;
 
 void finalize_at_exit() { finalize(); }
 

@@ -209,7 +209,7 @@ class ConvolutionPrimitives {
   std::vector<float> scratch_, weights_;
 };
 
-ConvolutionPrimitives& primitives_of_this_thread() {
+ConvolutionPrimitives& convolution_primitives_of_this_thread() {
   thread_local ConvolutionPrimitives primitives;
   return primitives;
 }
@@ -218,7 +218,7 @@ void run_part(Pass pass, const WindowGeometry& g, DataType type, const void* fir
               void* result) {
   limit_openmp_to_this_thread();
   try {
-    primitives_of_this_thread().run(pass, g, type, first, second, result);
+    convolution_primitives_of_this_thread().run(pass, g, type, first, second, result);
   } catch (const dnnl::error& failure) {
     throw Error(str("oneDNN convolution failed (", failure.what(), ") for input (", g.batch, ", ",
                     g.input_height, ", ", g.input_width, ", ", g.input_channels, "), window (",
@@ -324,7 +324,7 @@ bool runs_in_bfloat16(Pass pass, const WindowGeometry& g, const Tensor& first, c
                       const Tensor& result) {
   return first.dtype() == bfloat16 && second.dtype() == bfloat16 && result.dtype() == bfloat16 &&
          cpu_multiplies_bfloat16() &&
-         primitives_of_this_thread().is_fast(pass, first_part(g, image_parts(g)), DataType::bf16);
+         convolution_primitives_of_this_thread().is_fast(pass, first_part(g, image_parts(g)), DataType::bf16);
 }
 
 // Whether any of a pass's tensors is 16-bit: then, unless the pass runs in bfloat16, all of them

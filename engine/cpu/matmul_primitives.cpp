@@ -120,7 +120,7 @@ class MatmulPrimitives {
   std::vector<unsigned char> scratch_;
 };
 
-MatmulPrimitives& primitives_of_this_thread() {
+MatmulPrimitives& matmul_primitives_of_this_thread() {
   thread_local MatmulPrimitives primitives;
   return primitives;
 }
@@ -170,12 +170,12 @@ bool cpu_multiplies_bfloat16() { return decision().native; }
 std::string bfloat16_gemm_description() { return decision().description; }
 
 bool matmul_primitive_is_fast(DType dtype, const ProductLayout& layout) {
-  return primitives_of_this_thread().is_fast(onednn_type(dtype), layout);
+  return matmul_primitives_of_this_thread().is_fast(onednn_type(dtype), layout);
 }
 
 void run_matmul_primitive(DType dtype, const void* a, const void* b, void* c, const ProductLayout& layout) {
   try {
-    primitives_of_this_thread().run(onednn_type(dtype), a, b, c, layout);
+    matmul_primitives_of_this_thread().run(onednn_type(dtype), a, b, c, layout);
   } catch (const dnnl::error& failure) {
     throw Error(str("oneDNN ", dtype_name(dtype), " matmul failed (", failure.what(), ") for M=", layout.m,
                     " N=", layout.n, " K=", layout.k, layout.transpose_a ? " with A transposed" : "",
