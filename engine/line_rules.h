@@ -36,7 +36,8 @@ KERAS_HOST_DEVICE void softmax(const T* in, T* out, std::int64_t length, std::in
   }
   // The exponentials in a loop of their own, apart from the sum in double, so that the CPU
   // vectorises them (scalar::vectorizable_exp): with glibc's expf one at a time, and its slow
-  // path for the causal mask's -inf, softmax's exp took 3.7% of the transformer step.
+  // path for the causal mask's -inf, softmax's exp took 3.7% of the mixed_bfloat16 transformer
+  // step (perf, 1 thread).
   for (std::int64_t k = 0; k < length; ++k) {
     T shifted = in[k * stride] - largest;
     out[k * stride] = log ? shifted : scalar::vectorizable_exp(shifted);
