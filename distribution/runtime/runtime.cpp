@@ -49,7 +49,6 @@ void ignore_broken_pipes() {
   ::sigaction(SIGPIPE, &ignore, nullptr);
 }
 
-
 void finalize_at_exit() { finalize(); }
 
 }  // namespace
