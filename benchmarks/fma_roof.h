@@ -11,58 +11,18 @@
 #include <cstdint>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "engine/cpu/instruction_rates.h"
 
 namespace keras_benchmarks {
 
 // One vector width's chains: `chains(n)` runs n rounds of `flops_per_round` FLOPs on the calling
 // thread and returns a value that depends on all of them (so they cannot be optimised away).
+// The chains are the engine's (engine/cpu/instruction_rates.h), which times them too.
 struct FmaWidth {
   const char* name;  // "AVX2", "AVX-512"
   double flops_per_round;
   double (*chains)(std::int64_t rounds);
 };
-
-#if defined(__x86_64__)
-// Twelve independent chains: enough to cover the FMA latency on two pipes (Zen 4 and
-// Skylake-X: 4 cycles, 2 pipes).
-inline constexpr int kFmaChains = 12;
-
-__attribute__((target("avx2,fma"))) inline double fma_chains_avx2(std::int64_t rounds) {
-  __m256 accumulators[kFmaChains];
-  for (int i = 0; i < kFmaChains; ++i) accumulators[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
-  const __m256 scale = _mm256_set1_ps(0.9999f);
-  const __m256 shift = _mm256_set1_ps(0.0001f);
-  for (std::int64_t round = 0; round < rounds; ++round) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kFmaChains; ++i) accumulators[i] = _mm256_fmadd_ps(accumulators[i], scale, shift);
-  }
-  __m256 sum = accumulators[0];
-  for (int i = 1; i < kFmaChains; ++i) sum = _mm256_add_ps(sum, accumulators[i]);
-  float lanes[8];
-  _mm256_storeu_ps(lanes, sum);
-  return static_cast<double>(lanes[0]);
-}
-
-__attribute__((target("avx512f"))) inline double fma_chains_avx512(std::int64_t rounds) {
-  __m512 accumulators[kFmaChains];
-  for (int i = 0; i < kFmaChains; ++i) accumulators[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
-  const __m512 scale = _mm512_set1_ps(0.9999f);
-  const __m512 shift = _mm512_set1_ps(0.0001f);
-  for (std::int64_t round = 0; round < rounds; ++round) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kFmaChains; ++i) accumulators[i] = _mm512_fmadd_ps(accumulators[i], scale, shift);
-  }
-  __m512 sum = accumulators[0];
-  for (int i = 1; i < kFmaChains; ++i) sum = _mm512_add_ps(sum, accumulators[i]);
-  // Stored and added here: GCC 12's _mm512_reduce_add_ps trips its own -Wuninitialized.
-  float lanes[16];
-  _mm512_storeu_ps(lanes, sum);
-  return static_cast<double>(lanes[0]);
-}
-#endif
 
 // The widths this CPU runs, narrowest first; empty where it has no x86 FMA (the roof is then 0
 // and the benchmarks print no utilisation).
@@ -71,9 +31,11 @@ inline std::vector<FmaWidth> fma_widths() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    widths.push_back({"AVX2", 2.0 * 8 * kFmaChains, fma_chains_avx2});
+    widths.push_back({"AVX2", keras::cpu::kFmaAvx2FlopsPerRound, keras::cpu::fma_chains_avx2});
   }
-  if (__builtin_cpu_supports("avx512f")) widths.push_back({"AVX-512", 2.0 * 16 * kFmaChains, fma_chains_avx512});
+  if (__builtin_cpu_supports("avx512f")) {
+    widths.push_back({"AVX-512", keras::cpu::kFmaAvx512FlopsPerRound, keras::cpu::fma_chains_avx512});
+  }
 #endif
   return widths;
 }

@@ -4,12 +4,14 @@
 
 #include <dnnl.hpp>
 
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string_view>
 #include <tuple>
 #include <vector>
 
+#include "engine/cpu/instruction_rates.h"
 #include "engine/cpu/onednn_threads.h"
 #include "engine/environment.h"
 #include "engine/errors.h"
@@ -26,6 +28,18 @@ bool isa_has_bfloat16_dot_products(dnnl::cpu_isa isa) {
   auto bits = static_cast<unsigned>(isa);
   auto required = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
   return (bits & required) == required;
+}
+
+bool isa_has_amx(dnnl::cpu_isa isa) {
+  auto bits = static_cast<unsigned>(isa);
+  auto required = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+  return (bits & required) == required;
+}
+
+std::string format_ratio(double ratio) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", ratio);
+  return text;
 }
 
 DataType onednn_type(DType dtype) {
@@ -130,15 +144,26 @@ struct Decision {
   std::string description;
 };
 
+// Where the CPU has AVX512-BF16 but no AMX, the bf16 kernels are taken only when its bf16 dot
+// products run at least this many times its float32 FMA rate (instruction_rates.h): a product
+// on float32 copies pays a widening pass per operand, which a faster multiply must win back.
+// The Xeon VM of 2026-12-07 measured 0.49x (taking the kernels made the transformer step 1.24x
+// float32's time); a CPU whose dot products double the FMA rate, as their 32 multiply-adds per
+// instruction allow, passes.
+constexpr double kMinimumBfloat16DotSpeedup = 1.5;
+
 const Decision& decision() {
   static const Decision decided = [] {
     Decision result;
+    // Unset: decided here. 0: float32 copies. 1: oneDNN's bf16 kernels wherever it has fast
+    // ones, even where they are slower (to measure or test them on such a CPU).
     std::optional<std::int64_t> setting = environment::integer("KERAS_CPU_BFLOAT16_GEMM", 0, 1);
     if (setting && *setting == 0) {
       result.description = "off (KERAS_CPU_BFLOAT16_GEMM=0); float32 copies";
       return result;
     }
-    if (!isa_has_bfloat16_dot_products(dnnl::get_effective_cpu_isa())) {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    if (!isa_has_bfloat16_dot_products(isa)) {
       result.description = "none (the CPU has no AMX or AVX512-BF16); float32 copies";
       return result;
     }
@@ -146,6 +171,7 @@ const Decision& decision() {
     // gradient has it.
     limit_openmp_to_this_thread();
     dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    std::string kernel;
     try {
       dnnl::matmul::primitive_desc probe =
           describe(engine, DataType::bf16, ProductLayout{256, 256, 256, 256, 256, 256, false, true});
@@ -153,10 +179,30 @@ const Decision& decision() {
         result.description = str("none (oneDNN offers only ", probe.impl_info_str(), "); float32 copies");
         return result;
       }
-      result.native = true;
-      result.description = str("oneDNN ", probe.impl_info_str());
+      kernel = probe.impl_info_str();
     } catch (const dnnl::error& failure) {
       result.description = str("none (oneDNN: ", failure.what(), "); float32 copies");
+      return result;
+    }
+    if (setting) {  // 1
+      result.native = true;
+      result.description = str("oneDNN ", kernel, " (KERAS_CPU_BFLOAT16_GEMM=1)");
+      return result;
+    }
+    if (isa_has_amx(isa)) {
+      result.native = true;
+      result.description = str("oneDNN ", kernel);
+      return result;
+    }
+    const double speedup = bfloat16_dot_rate_over_float32_fma_rate();
+    const std::string measured = str("AVX512-BF16 dot products measured at ", format_ratio(speedup),
+                                     "x the float32 FMA rate");
+    if (speedup >= kMinimumBfloat16DotSpeedup) {
+      result.native = true;
+      result.description = str("oneDNN ", kernel, " (", measured, ")");
+    } else {
+      result.description = str("none (", measured, ", under the ", format_ratio(kMinimumBfloat16DotSpeedup),
+                               "x that pays for them; KERAS_CPU_BFLOAT16_GEMM=1 takes them anyway); float32 copies");
     }
     return result;
   }();

@@ -7,10 +7,12 @@
 // - bfloat16, on the CPU's own bfloat16 instructions (AMX tiles or AVX512-BF16 dot products):
 //   float32 accumulation, each result rounded once to bfloat16. oneDNN's bf16 matmul ran at
 //   775 GFLOP/s on one core of the Xeon with AMX against 148 GFLOP/s for its float32 matmul
-//   (1024^3). Where the CPU has neither (AVX2 machines: Debian's oneDNN 2.6 creates no bf16
-//   matmul there at all, and AVX-512 without BF16 would only emulate it), matmul.cpp and
-//   convolution.cpp compute on float32 copies instead, as XLA's CPU does. Found at run time,
-//   never assumed (docs/ARCHITECTURE.md, "Dtypes").
+//   (1024^3). AVX512-BF16 without AMX is taken only where its dot products are measured to be
+//   fast (instruction_rates.h): on a Xeon VM with AMX hidden they ran at half the float32 FMA
+//   rate. Where the CPU has neither, or they are slow (AVX2 machines: Debian's oneDNN 2.6
+//   creates no bf16 matmul there at all), matmul.cpp and convolution.cpp compute on float32
+//   copies instead, as XLA's CPU does. Found at run time, never assumed (docs/ARCHITECTURE.md,
+//   "Dtypes").
 // Each thread keeps its own primitives and scratchpad (no lock on the hot path), with OpenMP
 // held to one thread before any is made (engine/cpu/onednn_threads.h).
 #pragma once
@@ -21,13 +23,17 @@
 
 namespace keras::cpu {
 
-// True when the CPU multiplies bfloat16 natively and oneDNN offers a non-reference bf16 matmul
-// for it, and KERAS_CPU_BFLOAT16_GEMM is not 0 (0 forces the float32 route: for measuring one
-// against the other on the same machine). Decided once per process.
+// True when bfloat16 products run on oneDNN's bf16 kernels: the CPU multiplies bfloat16 in
+// hardware, oneDNN offers a non-reference bf16 matmul for it, and either the CPU has AMX or its
+// AVX512-BF16 dot products measure at least 1.5x its float32 FMA rate. KERAS_CPU_BFLOAT16_GEMM
+// overrides the choice: 0 forces float32 copies, 1 the bf16 kernels wherever oneDNN has them
+// (to measure one route against the other, or test the kernels, on the same machine). Decided
+// once per process.
 bool cpu_multiplies_bfloat16();
 
 // What cpu_multiplies_bfloat16 decided and why, for tests' and benchmarks' output ("oneDNN
-// brg:avx512_core_amx", "none (the CPU has no AMX or AVX512-BF16); float32 copies").
+// brg:avx512_core_amx", "none (AVX512-BF16 dot products measured at 0.49x the float32 FMA
+// rate, ...); float32 copies").
 std::string bfloat16_gemm_description();
 
 // C[m,n] = op(A)[m,k] @ op(B)[k,n]; A is stored k x m when transposed, B n x k; lda, ldb, ldc
