@@ -4,8 +4,9 @@
 // input gradients, kernel gradients, with the backward pass's transpositions) back to back,
 // the GEMM share of training_step_benchmark; BM_TrainingStepProduct/i, each of the eight alone;
 // and BM_FmaRoof/<width>, the FMA peak of the engine's threads at each vector width the CPU has,
-// against which the products are judged; and BM_Bf16MatmulRoof/<AMX|AVX512-BF16>/<size>, oneDNN's
-// bf16 GEMM where the CPU multiplies bf16 in hardware (not registered elsewhere).
+// against which the products are judged; BM_Bf16DotRoof/AVX512-BF16, the same chains of the bf16
+// dot product; and BM_Bf16MatmulRoof/<AMX|AVX512-BF16>/<size>, oneDNN's bf16 GEMM where the CPU
+// multiplies bf16 in hardware (the last two not registered elsewhere).
 // The MLP shapes are the ones training_step_benchmark spends most of its time in; the square ones
 // show what the kernel reaches when no dimension is small.
 //   matmul_benchmark [Google Benchmark flags]; KERAS_NUM_THREADS sets the engine's threads.
@@ -86,6 +87,17 @@ const bool kFmaRoofsRegistered = [] {
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
+#if defined(__x86_64__)
+  // The bf16 dot product's own rate beside them, where the CPU has it: what the engine compares
+  // with the AVX-512 FMA rate to choose a route for bf16 products (engine/cpu/matmul_primitives.h).
+  if (__builtin_cpu_supports("avx512bf16")) {
+    benchmark::RegisterBenchmark("BM_Bf16DotRoof/AVX512-BF16", BM_FmaRoof,
+                                 keras_benchmarks::FmaWidth{"AVX512-BF16 dot", keras::cpu::kBfloat16DotFlopsPerRound,
+                                                            keras::cpu::bfloat16_dot_chains_avx512})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+#endif
   return true;
 }();
 
