@@ -11,9 +11,6 @@
 #if defined(__F16C__)
 #include <immintrin.h>
 #endif
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 #include "engine/cpu/instruction_rates.h"
 #include "engine/cpu/matmul_primitives.h"
@@ -237,9 +234,7 @@ TEST(HalfPrecisionTensors, BFloat16ProductsUseTheCpusBfloat16InstructionsWhereTh
 #if defined(__x86_64__)
   __builtin_cpu_init();
   const bool has_dot_products = __builtin_cpu_supports("avx512bf16");
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx);
-  const bool has_amx = (edx >> 22) & 1u;  // CPUID.(7,0):EDX[22], AMX-BF16
+  const bool has_amx = cpu::onednn_finds_amx();
 #else
   const bool has_dot_products = false, has_amx = false;
 #endif

@@ -213,6 +213,8 @@ const Decision& decision() {
 
 bool cpu_multiplies_bfloat16() { return decision().native; }
 
+bool onednn_finds_amx() { return isa_has_amx(dnnl::get_effective_cpu_isa()); }
+
 std::string bfloat16_gemm_description() { return decision().description; }
 
 bool matmul_primitive_is_fast(DType dtype, const ProductLayout& layout) {

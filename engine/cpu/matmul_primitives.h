@@ -31,6 +31,11 @@ namespace keras::cpu {
 // once per process.
 bool cpu_multiplies_bfloat16();
 
+// Whether oneDNN's effective ISA here includes AMX: the CPU has it and the kernel lets this
+// process use its tile registers (oneDNN asks for them). What cpu_multiplies_bfloat16 takes
+// without measuring.
+bool onednn_finds_amx();
+
 // What cpu_multiplies_bfloat16 decided and why, for tests' and benchmarks' output ("oneDNN
 // brg:avx512_core_amx", "none (AVX512-BF16 dot products measured at 0.49x the float32 FMA
 // rate, ...); float32 copies").
