@@ -17,6 +17,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/environment.h"
 #include "engine/half_precision.h"
+#include "engine/scalar_rules.h"
 #include "tests/test_helpers.h"
 
 namespace keras {
@@ -273,6 +274,57 @@ TEST(HalfPrecisionTensors, BFloat16DotRateIsMeasuredWhereTheCpuHasIt) {
 #else
   GTEST_SKIP() << "x86-64 only";
 #endif
+}
+
+// ReLU and its gradient select 16-bit patterns on the CPU (engine/cpu/half_relu.h): against the
+// float32 rule rounded once, for every bfloat16 and float16 pattern of x, and for the gradient
+// every pattern of x beside gradients that cover zeros, subnormals, normals, the largest
+// finite values, infinities and NaNs of both signs. Non-NaN results equal bit for bit; a NaN
+// where the rule gives one.
+TEST(HalfPrecisionTensors, ReluAndItsGradientEqualTheFloat32RuleOnEveryPattern) {
+  const std::vector<std::uint16_t> gradient_patterns = {0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x3c00, 0xbc00,
+                                                        0x3f80, 0xbf80, 0x4049, 0xc049, 0x7bff, 0xfbff, 0x7f7f,
+                                                        0xff7f, 0x7c00, 0xfc00, 0x7f80, 0xff80, 0x7fc0, 0xffc0,
+                                                        0x7e00, 0xfe00, 0x7f81, 0x7c01};
+  for (DType dtype : {bfloat16, float16}) {
+    const bool brain = dtype == bfloat16;
+    auto to_float = [&](std::uint16_t bits) {
+      return brain ? half_bits::float_of_bfloat16(bits) : half_bits::float_of_float16(bits);
+    };
+    auto round = [&](float value) { return brain ? half_bits::bfloat16_of(value) : half_bits::float16_of(value); };
+    const std::int64_t patterns = 0x10000, gradients = static_cast<std::int64_t>(gradient_patterns.size());
+    Tensor x = Tensor::empty({gradients, patterns}, dtype), g = Tensor::empty({gradients, patterns}, dtype);
+    auto* x_bits = static_cast<std::uint16_t*>(x.raw_data());
+    auto* g_bits = static_cast<std::uint16_t*>(g.raw_data());
+    for (std::int64_t row = 0; row < gradients; ++row) {
+      for (std::int64_t pattern = 0; pattern < patterns; ++pattern) {
+        x_bits[row * patterns + pattern] = static_cast<std::uint16_t>(pattern);
+        g_bits[row * patterns + pattern] = gradient_patterns[static_cast<std::size_t>(row)];
+      }
+    }
+    Tensor out = Tensor::empty(x.shape(), dtype), input_gradient = Tensor::empty(x.shape(), dtype);
+    cpu::unary(UnaryOp::relu, x, out);
+    cpu::unary_gradient(UnaryOp::relu, x, g, input_gradient);
+    const auto* out_bits = static_cast<const std::uint16_t*>(out.raw_data());
+    const auto* gradient_bits = static_cast<const std::uint16_t*>(input_gradient.raw_data());
+    int mismatches = 0;
+    for (std::int64_t i = 0; i < x.size() && mismatches < 10; ++i) {
+      const float xf = to_float(x_bits[i]), gf = to_float(g_bits[i]);
+      const float forward = scalar::relu(xf), backward = gf * scalar::relu_derivative(xf);
+      const bool forward_ok = std::isnan(forward) ? std::isnan(to_float(out_bits[i])) : out_bits[i] == round(forward);
+      const bool backward_ok =
+          std::isnan(backward) ? std::isnan(to_float(gradient_bits[i])) : gradient_bits[i] == round(backward);
+      if (!forward_ok || !backward_ok) {
+        ++mismatches;
+        ADD_FAILURE() << dtype_name(dtype) << std::hex << " x 0x" << x_bits[i] << " g 0x" << g_bits[i] << ": relu 0x"
+                      << out_bits[i] << " (rule 0x" << round(forward) << "), gradient 0x" << gradient_bits[i]
+                      << " (rule 0x" << round(backward) << ")";
+      }
+    }
+    // In place, as autograd may call it.
+    cpu::unary(UnaryOp::relu, x, x);
+    EXPECT_EQ(std::memcmp(x.raw_data(), out.raw_data(), static_cast<std::size_t>(x.nbytes())), 0);
+  }
 }
 
 // The CPU fuses broadcasting of a repeating operand (a bias, a scalar) on either side; the

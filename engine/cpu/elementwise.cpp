@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/cpu/half_conversion.h"
+#include "engine/cpu/half_relu.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/strided_loops.h"
 #include "engine/scalar_rules.h"
@@ -204,6 +205,10 @@ void cast(const Tensor& x, Tensor& out) {
 
 void unary(UnaryOp op, const Tensor& x, Tensor& out) {
   std::int64_t count = x.size();
+  if (op == UnaryOp::relu && is_half_precision(x.dtype()) && out.dtype() == x.dtype()) {
+    relu_of_half(x, out);  // selects 16-bit patterns: no float32 chunks (half_relu.h)
+    return;
+  }
   if (op == UnaryOp::logical_not) {
     map_contiguous(elements_of<bool>(x), elements_of<bool>(out), count, [](bool v) { return !v; });
     return;
@@ -241,6 +246,11 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out) {
 
 void unary_gradient(UnaryOp op, const Tensor& x, const Tensor& output_gradient,
                     Tensor& input_gradient) {
+  if (op == UnaryOp::relu && is_half_precision(x.dtype()) && output_gradient.dtype() == x.dtype() &&
+      input_gradient.dtype() == x.dtype()) {
+    relu_gradient_of_half(x, output_gradient, input_gradient);
+    return;
+  }
   if (dispatch_half_precision(x.dtype(), [&](auto half) {
         using Half = decltype(half);
         using T = float;
