@@ -6,7 +6,8 @@
 // native kernel for (its float-normalization pass), and what keeps sums and matmul
 // accumulations in float32. A backend's own 16-bit kernels are listed below (is_native_on_cpu:
 // fused element-wise kernels, and matmul and convolution, which run oneDNN's bf16 primitives
-// where the CPU has AMX or AVX512-BF16 and convert around float32 themselves otherwise;
+// where the CPU's bf16 instructions pay (engine/cpu/matmul_primitives.h) and convert around
+// float32 themselves otherwise;
 // is_native_on_gpu: cuBLAS' 16-bit GEMM).
 //
 // The CPU backend (engine/cpu/cpu_backend.cpp) and the GPU kernel backend

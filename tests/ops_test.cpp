@@ -873,8 +873,8 @@ TEST(Convolution, BatchSplitOverThreadsMatchesFloat64) {
   testing::expect_close(actual[2], expected[2], 2e-3, "kernel gradient");
 }
 
-// The same split in bfloat16 and float16 (oneDNN's bf16 primitives where the CPU has AMX or
-// AVX512-BF16, float32 copies elsewhere): each result rounded once from float32 sums, the kernel
+// The same split in bfloat16 and float16 (oneDNN's bf16 primitives where the CPU's bf16
+// instructions pay, float32 copies elsewhere; keras_tests_bfloat16_kernels_forced runs both): each result rounded once from float32 sums, the kernel
 // gradient's parts summed in float32. Against float64 on the same rounded inputs, with the op
 // table's tolerances (two units; four units of the largest for gradients).
 TEST(Convolution, HalfPrecisionBatchSplitOverThreadsRoundsOnce) {

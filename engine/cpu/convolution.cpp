@@ -5,8 +5,8 @@
 // float64, which oneDNN does not have, runs the patch matrix of engine/window_rules.h through
 // Eigen: it is the op table's reference precision, not a training path.
 //
-// bfloat16 runs on oneDNN's bf16 primitives where the CPU multiplies bfloat16 itself (AMX or
-// AVX512-BF16, engine/cpu/matmul_primitives.h) and oneDNN has more than its reference loop for
+// bfloat16 runs on oneDNN's bf16 primitives where the CPU's bfloat16 multiplies pay (AMX, or
+// AVX512-BF16 measured fast: engine/cpu/matmul_primitives.h) and oneDNN has more than its reference loop for
 // the geometry: float32 accumulation, each result rounded once; the kernel gradient's parts are
 // written and summed in float32 and rounded once at the end. Elsewhere, and for float16, the
 // float32 primitives run on float32 copies (engine/float32_compute.h's rule).

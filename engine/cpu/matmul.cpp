@@ -1,6 +1,6 @@
 // CPU matrix multiplication. float32 goes to oneDNN's sgemm (A @ B^T to its matmul primitive),
-// float64 to Eigen. bfloat16 goes to oneDNN's bf16 matmul where the CPU multiplies bfloat16
-// itself (AMX or AVX512-BF16), and otherwise, as float16 always, to sgemm on float32 copies
+// float64 to Eigen. bfloat16 goes to oneDNN's bf16 matmul where the CPU's bfloat16 multiplies
+// pay (AMX, or AVX512-BF16 measured fast), and otherwise, as float16 always, to sgemm on float32 copies
 // rounded back once (engine/float32_compute.h's rule, applied here because matmul is native on
 // the CPU). The matmul primitives and the bfloat16 decision: engine/cpu/matmul_primitives.h.
 // Measured here (one core, AVX-512, shapes of the 784-1024-1024-10 MLP at batch 128):
