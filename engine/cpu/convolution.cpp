@@ -6,10 +6,11 @@
 // Eigen: it is the op table's reference precision, not a training path.
 //
 // bfloat16 runs on oneDNN's bf16 primitives where the CPU's bfloat16 multiplies pay (AMX, or
-// AVX512-BF16 measured fast: engine/cpu/matmul_primitives.h) and oneDNN has more than its reference loop for
-// the geometry: float32 accumulation, each result rounded once; the kernel gradient's parts are
-// written and summed in float32 and rounded once at the end. Elsewhere, and for float16, the
-// float32 primitives run on float32 copies (engine/float32_compute.h's rule).
+// AVX512-BF16 measured fast: engine/cpu/matmul_primitives.h) and oneDNN has more than its
+// reference loop for the geometry: float32 accumulation, each result rounded once; the kernel
+// gradient's parts are written and summed in float32 and rounded once at the end. Elsewhere,
+// and for float16, the float32 primitives run on float32 copies (engine/float32_compute.h's
+// rule).
 //
 // Threads: the batch is split over the engine's pool (engine/thread_pool.h), each part on
 // primitives of its own thread with OpenMP held to one thread; the parts of a kernel gradient

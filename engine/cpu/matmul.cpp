@@ -1,8 +1,9 @@
 // CPU matrix multiplication. float32 goes to oneDNN's sgemm (A @ B^T to its matmul primitive),
 // float64 to Eigen. bfloat16 goes to oneDNN's bf16 matmul where the CPU's bfloat16 multiplies
-// pay (AMX, or AVX512-BF16 measured fast), and otherwise, as float16 always, to sgemm on float32 copies
-// rounded back once (engine/float32_compute.h's rule, applied here because matmul is native on
-// the CPU). The matmul primitives and the bfloat16 decision: engine/cpu/matmul_primitives.h.
+// pay (AMX, or AVX512-BF16 measured fast), and otherwise, as float16 always, to sgemm on
+// float32 copies rounded back once (engine/float32_compute.h's rule, applied here because
+// matmul is native on the CPU). The matmul primitives and the bfloat16 decision:
+// engine/cpu/matmul_primitives.h.
 // Measured here (one core, AVX-512, shapes of the 784-1024-1024-10 MLP at batch 128):
 // oneDNN sgemm 136-165 GFLOP/s, Eigen 3.4 125-135, Debian's OpenBLAS 0.3.21 serial 28
 // (71 with OPENBLAS_CORETYPE=Haswell), BLIS 0.9 65-75. We split the rows of the output across
