@@ -34,6 +34,12 @@
 //   convolution_input_gradient / convolution_kernel_gradient  its gradients (each overwritten)
 //   pool            max or average over each window, per channel (engine/window_rules.h)
 //   pool_gradient   its input gradient (overwritten)
+//   batch_normalization_statistics  mean and biased variance of x over every axis but `axis`
+//                   (one value per channel, x's dtype, float32 for 16-bit x)
+//   channel_affine  out = x * multiplier[c] + offset[c], c the index along `axis`
+//   batch_normalization_gradient  the input gradient of (x - mean) * inverse * scale + offset
+//                   through the batch statistics, and per channel sum(g) and
+//                   sum(g * (x - mean)) (engine/batch_normalization_rules.h)
 #pragma once
 
 #define KERAS_KERNELS(X)                                                                        \
@@ -98,7 +104,18 @@
   X(pool_gradient,                                                                              \
     (PoolOp op, const Tensor& input, const Tensor& output_gradient,                             \
      const WindowGeometry& geometry, Tensor& input_gradient),                                   \
-    (op, input, output_gradient, geometry, input_gradient))
+    (op, input, output_gradient, geometry, input_gradient))                                     \
+  X(batch_normalization_statistics, (const Tensor& x, int axis, Tensor& mean, Tensor& variance), \
+    (x, axis, mean, variance))                                                                  \
+  X(channel_affine,                                                                             \
+    (const Tensor& x, const Tensor& multiplier, const Tensor& offset, int axis, Tensor& out),   \
+    (x, multiplier, offset, axis, out))                                                         \
+  X(batch_normalization_gradient,                                                               \
+    (const Tensor& x, const Tensor& output_gradient, const Tensor& mean, const Tensor& inverse, \
+     const Tensor& scale, int axis, Tensor& input_gradient, Tensor& gradient_sum,               \
+     Tensor& centered_gradient_sum),                                                            \
+    (x, output_gradient, mean, inverse, scale, axis, input_gradient, gradient_sum,              \
+     centered_gradient_sum))
 
 // What engine/float32_compute.h must know of a kernel to run it on bfloat16 and float16,
 // declared here beside the kernels so that a new kernel states it where it is added (each name

@@ -102,6 +102,14 @@ Tensor one_hot(const Tensor& indices, std::int64_t depth, DType dtype = float32)
 // Neural-network functions.
 Tensor softmax(const Tensor& x, std::int64_t axis = -1);
 Tensor log_softmax(const Tensor& x, std::int64_t axis = -1);
+// BatchNormalization's training step as one op (TensorFlow's fused_batch_norm): x normalised
+// by the mean and biased variance of every axis but `axis` (the channels), times gamma plus
+// beta (each of shape (channels), undefined for none), in x's dtype. The statistics are
+// computed in float32 for bfloat16 and float16 x (Keras' rule), in x's dtype otherwise, and
+// returned through batch_mean and batch_variance when given (no gradient flows through them).
+// The gradient flows to x, gamma and beta through the statistics.
+Tensor fused_batch_normalization(const Tensor& x, const Tensor& gamma, const Tensor& beta, std::int64_t axis,
+                                 double epsilon, Tensor* batch_mean = nullptr, Tensor* batch_variance = nullptr);
 
 // Sliding windows over channels_last images (batch, height, width, channels), Keras' default
 // data_format; "channels_first" is refused (NotImplementedError). strides, dilation_rate and

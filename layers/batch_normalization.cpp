@@ -57,8 +57,20 @@ Tensor BatchNormalization::call(const Tensor& inputs_in, bool training) {
     throw ShapeError(str("BatchNormalization '", name(), "' was built for ", moving_mean_.dim(0),
                          " features on axis ", axis_, ", got inputs of shape ", shape_to_string(inputs_in.shape())));
   }
+  const bool training_statistics = training && trainable();
+  const DType fused_statistics_dtype = is_half_precision(inputs_in.dtype()) ? float32 : inputs_in.dtype();
+  if (training_statistics && !options_.synchronized && inputs_in.dtype() == compute_dtype() &&
+      fused_statistics_dtype == moving_mean_.dtype()) {
+    // One fused op (engine/ops/normalization.cpp): the same statistics and output, with the
+    // 16-bit inputs read and the output written as they are and a fused gradient; measured in
+    // docs/ARCHITECTURE.md, "Fused batch normalization".
+    Tensor mean, variance;
+    Tensor out = ops::fused_batch_normalization(inputs_in, gamma_, beta_, axis_, options_.epsilon, &mean, &variance);
+    update_moving_statistics(inputs_in.dim(0), mean, variance);
+    return out;
+  }
   Tensor inputs = inputs_in.dtype() == moving_mean_.dtype() ? inputs_in : ops::cast(inputs_in, moving_mean_.dtype());
-  if (!(training && trainable())) return ops::cast(normalize(inputs, moving_mean_, moving_variance_), compute_dtype());
+  if (!training_statistics) return ops::cast(normalize(inputs, moving_mean_, moving_variance_), compute_dtype());
 
   ops::Axes reduced;
   for (int d = 0; d < inputs.rank(); ++d) {
@@ -73,24 +85,26 @@ Tensor BatchNormalization::call(const Tensor& inputs_in, bool training) {
   Tensor mean = options_.synchronized ? ops::batch_mean(inputs, reduced) : ops::mean(inputs, reduced);
   Tensor variance = options_.synchronized ? ops::batch_mean(ops::square(inputs - along_features(mean)), reduced)
                                           : ops::mean(ops::square(inputs - along_features(mean)), reduced);
-  {
-    NoGradGuard constant;
-    Tensor batch_mean = mean, batch_variance = variance;
-    if (!options_.synchronized) {
-      // The moving statistics follow the row-weighted mean of every process's statistics (a
-      // process with no rows adds none): each row carries its process's (mean, variance) into
-      // one batch_mean, a (rows, 2C) tensor where the activations would be (rows, H, W, C).
-      const std::int64_t features = inputs.dim(axis_);
-      Tensor statistics = ops::reshape(ops::concatenate({mean, variance}, 0), {1, 2 * features});
-      Tensor weighted = ops::batch_mean(ops::broadcast_to(statistics, {inputs.dim(0), 2 * features}), {0});
-      batch_mean = ops::slice(weighted, {0}, {features});
-      batch_variance = ops::slice(weighted, {features}, {features});
-    }
-    const double momentum = options_.momentum;
-    moving_mean_.assign(moving_mean_ * momentum + batch_mean.detach() * (1.0 - momentum));
-    moving_variance_.assign(moving_variance_ * momentum + batch_variance.detach() * (1.0 - momentum));
-  }
+  update_moving_statistics(inputs.dim(0), mean, variance);
   return ops::cast(normalize(inputs, mean, variance), compute_dtype());
+}
+
+void BatchNormalization::update_moving_statistics(std::int64_t rows, const Tensor& mean, const Tensor& variance) {
+  NoGradGuard constant;
+  Tensor batch_mean = mean.detach(), batch_variance = variance.detach();
+  if (!options_.synchronized) {
+    // The moving statistics follow the row-weighted mean of every process's statistics (a
+    // process with no rows adds none): each row carries its process's (mean, variance) into
+    // one batch_mean, a (rows, 2C) tensor where the activations would be (rows, H, W, C).
+    const std::int64_t features = batch_mean.dim(0);
+    Tensor statistics = ops::reshape(ops::concatenate({batch_mean, batch_variance}, 0), {1, 2 * features});
+    Tensor weighted = ops::batch_mean(ops::broadcast_to(statistics, {rows, 2 * features}), {0});
+    batch_mean = ops::slice(weighted, {0}, {features});
+    batch_variance = ops::slice(weighted, {features}, {features});
+  }
+  const double momentum = options_.momentum;
+  moving_mean_.assign(moving_mean_ * momentum + batch_mean * (1.0 - momentum));
+  moving_variance_.assign(moving_variance_ * momentum + batch_variance * (1.0 - momentum));
 }
 
 

@@ -52,6 +52,8 @@ class BatchNormalization : public LayerOf<BatchNormalization> {
   int axis_ = -1;  // normalised against the built rank
   Tensor gamma_, beta_, moving_mean_, moving_variance_;
   Tensor normalize(const Tensor& inputs, const Tensor& mean, const Tensor& variance) const;
+  // Moves the moving statistics towards this batch's (`rows` rows on this process).
+  void update_moving_statistics(std::int64_t rows, const Tensor& mean, const Tensor& variance);
 };
 
 }  // namespace keras::layers

@@ -406,6 +406,40 @@ std::vector<OpCase> all_cases() {
                    [](const Inputs& in, const auto&) { return softmax_reference(in[0], 1, 3, 5, false); }});
   cases.push_back({"log_softmax", {{2, 3, 4}}, [](const auto& x) { return ops::log_softmax(x[0], 1); },
                    [](const Inputs& in, const auto&) { return softmax_reference(in[0], 2, 3, 4, true); }});
+  // Batch normalization in training: the statistics of every axis but the channels', then
+  // Keras' formula in its order (keras.ops.batch_normalization: inv = gamma / sqrt(variance +
+  // epsilon), x * inv + (beta - mean * inv), which makes an infinite gamma NaN, not infinite);
+  // the gradient flows through the statistics to x, and to gamma and beta.
+  auto batch_normalization_reference = [](const Values& x, const Shape& shape, int axis, const Values* gamma,
+                                          const Values* beta) {
+    std::int64_t outer = 1, channels = shape[static_cast<std::size_t>(axis)], inner = 1;
+    for (int d = 0; d < axis; ++d) outer *= shape[static_cast<std::size_t>(d)];
+    for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < shape.size(); ++d) inner *= shape[d];
+    auto channel_of = [&](std::size_t flat) { return static_cast<std::size_t>((std::int64_t(flat) / inner) % channels); };
+    Values mean(static_cast<std::size_t>(channels), 0.0), variance(mean);
+    const double count = double(outer * inner);
+    for (std::size_t i = 0; i < x.size(); ++i) mean[channel_of(i)] += x[i] / count;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      variance[channel_of(i)] += (x[i] - mean[channel_of(i)]) * (x[i] - mean[channel_of(i)]) / count;
+    }
+    Values out;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      std::size_t c = channel_of(i);
+      double inverse = 1 / std::sqrt(variance[c] + 1e-3) * (gamma ? (*gamma)[c] : 1.0);
+      out.push_back(x[i] * inverse + ((beta ? (*beta)[c] : 0.0) - mean[c] * inverse));
+    }
+    return out;
+  };
+  cases.push_back({"fused_batch_normalization_channels_last", {{3, 2, 4}, {4}, {4}},
+                   [](const auto& x) { return ops::fused_batch_normalization(x[0], x[1], x[2], -1, 1e-3); },
+                   [batch_normalization_reference](const Inputs& in, const auto& shapes) {
+                     return batch_normalization_reference(in[0], shapes[0], 2, &in[1], &in[2]);
+                   }});
+  cases.push_back({"fused_batch_normalization_axis1_without_scale", {{2, 3, 4}, {3}},
+                   [](const auto& x) { return ops::fused_batch_normalization(x[0], Tensor(), x[1], 1, 1e-3); },
+                   [batch_normalization_reference](const Inputs& in, const auto& shapes) {
+                     return batch_normalization_reference(in[0], shapes[0], 1, nullptr, &in[1]);
+                   }});
   cases.push_back({"reshape", {{2, 6}}, [](const auto& x) { return ops::reshape(x[0], {3, -1}); },
                    [](const Inputs& in, const auto&) { return in[0]; }});
   cases.push_back({"transpose", {{2, 3, 4}},

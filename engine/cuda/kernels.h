@@ -55,6 +55,7 @@ decltype(auto) dispatch_element_size(std::size_t bytes, Fn&& fn) {
 
 }  // namespace keras::gpu_kernels
 
+#include "engine/cuda/batch_normalization.h"
 #include "engine/cuda/convolution.h"
 #include "engine/cuda/elementwise.h"
 #include "engine/cuda/layout.h"

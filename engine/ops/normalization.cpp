@@ -1,0 +1,120 @@
+// fused_batch_normalization: BatchNormalization's training step as one op (TensorFlow's
+// fused_batch_norm), with its gradient rule beside it. Three kernels do the work
+// (engine/kernel_list.h): the batch statistics in one pass, the normalisation as one
+// per-channel affine pass, and the gradient through the statistics in two passes; the
+// per-channel arithmetic between them runs on tensors of one value per channel. 16-bit inputs
+// are read and written as they are, with float32 statistics: the result equals Keras' rule
+// (normalise the float32 copy, round once) without the two conversion passes.
+//
+// Operands that the sharded-op handler or autocast takes (engine/op_dispatch.h) run the same
+// computation composed of the engine's ops, each of which has its sharding rule.
+#include <cmath>
+
+#include "engine/ops/op_helpers.h"
+
+namespace keras::ops {
+namespace {
+
+constexpr const char* kName = "fused_batch_normalization";
+
+DType statistics_dtype(DType dtype) { return is_half_precision(dtype) ? float32 : dtype; }
+
+void check_per_channel(const Tensor& values, const char* argument, std::int64_t channels, const Tensor& x) {
+  if (!values.defined()) return;
+  detail::check_floating(values, kName);
+  detail::check_same_device(values, x, kName);
+  if (values.rank() != 1 || values.dim(0) != channels) {
+    throw ShapeError(str(kName, ": ", argument, " must have shape (", channels, "), one value per channel of x (shape ",
+                         shape_to_string(x.shape()), "), got shape ", shape_to_string(values.shape())));
+  }
+}
+
+// The same computation from the engine's ops: mean, variance, normalise in the statistics'
+// dtype, round once into x's dtype.
+Tensor composed(const Tensor& x, const Tensor& gamma, const Tensor& beta, int axis, double epsilon,
+                Tensor* batch_mean, Tensor* batch_variance) {
+  const DType wide_dtype = statistics_dtype(x.dtype());
+  Tensor wide = x.dtype() == wide_dtype ? x : cast(x, wide_dtype);
+  Axes reduced;
+  for (int d = 0; d < x.rank(); ++d) {
+    if (d != axis) reduced.push_back(d);
+  }
+  Shape features_shape(static_cast<std::size_t>(x.rank()), 1);
+  features_shape[static_cast<std::size_t>(axis)] = x.dim(axis);
+  auto along_features = [&](const Tensor& t) { return reshape(t, features_shape); };
+  Tensor mean_value = mean(wide, reduced);
+  Tensor variance = mean(square(wide - along_features(mean_value)), reduced);
+  Tensor inverse = rsqrt(along_features(variance) + epsilon);
+  if (gamma.defined()) inverse = inverse * along_features(cast(gamma, wide_dtype));
+  Tensor shift = -along_features(mean_value) * inverse;
+  if (beta.defined()) shift = shift + along_features(cast(beta, wide_dtype));
+  if (batch_mean != nullptr) *batch_mean = mean_value.detach();
+  if (batch_variance != nullptr) *batch_variance = variance.detach();
+  Tensor out = wide * inverse + shift;
+  return out.dtype() == x.dtype() ? out : cast(out, x.dtype());
+}
+
+}  // namespace
+
+Tensor fused_batch_normalization(const Tensor& x, const Tensor& gamma, const Tensor& beta, std::int64_t axis_in,
+                                 double epsilon, Tensor* batch_mean, Tensor* batch_variance) {
+  detail::check_defined(x, kName, "x");
+  detail::check_floating(x, kName);
+  if (x.rank() == 0) throw ValueError(str(kName, " needs x of rank >= 1 (a channel axis), got a scalar"));
+  const int axis = normalize_axis(axis_in, x.rank(), kName);
+  if (!(epsilon > 0) || !std::isfinite(epsilon)) {
+    throw ValueError(str(kName, ": epsilon must be positive and finite, got ", epsilon));
+  }
+  const std::int64_t channels = x.dim(axis);
+  check_per_channel(gamma, "gamma", channels, x);
+  check_per_channel(beta, "beta", channels, x);
+  if (detail::goes_through_handler({&x, &gamma, &beta})) {
+    return composed(x, gamma, beta, axis, epsilon, batch_mean, batch_variance);
+  }
+
+  const DType wide_dtype = statistics_dtype(x.dtype());
+  Backend& backend = backend_for(x.device());
+  Tensor mean_value = Tensor::empty({channels}, wide_dtype, x.device());
+  Tensor variance = Tensor::empty({channels}, wide_dtype, x.device());
+  backend.batch_normalization_statistics(x, axis, mean_value, variance);
+  // gamma and beta in the statistics' dtype (float32 variables under a 16-bit policy); the cast
+  // carries their gradients back.
+  Tensor scale = gamma.defined() ? cast(gamma, wide_dtype) : Tensor();
+  Tensor offset = beta.defined() ? cast(beta, wide_dtype) : Tensor();
+  Tensor inverse, multiplier, shift;
+  {
+    NoGradGuard per_channel_values;
+    inverse = rsqrt(variance + epsilon);
+    multiplier = scale.defined() ? inverse * scale.detach() : inverse;
+    shift = -mean_value * multiplier;
+    if (offset.defined()) shift = shift + offset.detach();
+  }
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  backend.channel_affine(x, multiplier, shift, axis, out);
+  if (batch_mean != nullptr) *batch_mean = mean_value;
+  if (batch_variance != nullptr) *batch_variance = variance;
+
+  std::vector<Tensor> inputs{x};
+  if (scale.defined()) inputs.push_back(scale);
+  if (offset.defined()) inputs.push_back(offset);
+  Tensor saved_x = x.detach();
+  Tensor saved_scale = scale.defined() ? scale.detach() : Tensor::ones({channels}, wide_dtype, x.device());
+  const bool has_scale = scale.defined(), has_offset = offset.defined();
+  return record_gradient(out, kName, inputs,
+                         [saved_x, saved_scale, mean_value, inverse, axis, has_scale, has_offset](const Tensor& g_in) {
+    NoGradGuard per_channel_values;
+    Tensor g = g_in.dtype() == saved_x.dtype() ? g_in : cast(g_in, saved_x.dtype());
+    Tensor input_gradient = Tensor::empty(saved_x.shape(), saved_x.dtype(), saved_x.device());
+    Tensor gradient_sum = Tensor::empty(mean_value.shape(), mean_value.dtype(), saved_x.device());
+    Tensor centered_gradient_sum = Tensor::empty(mean_value.shape(), mean_value.dtype(), saved_x.device());
+    backend_for(saved_x.device())
+        .batch_normalization_gradient(saved_x, g, mean_value, inverse, saved_scale, axis, input_gradient,
+                                      gradient_sum, centered_gradient_sum);
+    std::vector<Tensor> gradients{input_gradient};
+    if (has_scale) gradients.push_back(centered_gradient_sum * inverse);
+    if (has_offset) gradients.push_back(gradient_sum);
+    return gradients;
+  });
+}
+
+}  // namespace keras::ops
