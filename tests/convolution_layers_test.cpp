@@ -4,6 +4,7 @@
 // message. The numbers against Keras 3 + JAX itself are tests/interop/check_keras_convolution.py's.
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "tests/test_helpers.h"
 
@@ -129,6 +130,93 @@ TEST(BatchNormalization, GradientMatchesFiniteDifferencesOnAnotherAxis) {
                       objective(Tensor::from_vector(minus, x.shape()).astype(float32)).item()) / 2e-2;
     EXPECT_NEAR(analytic[j], numeric, 5e-3) << "element " << j;
   }
+}
+
+// Training runs one fused op (engine/ops/normalization.cpp) unless synchronized, which on one
+// process composes the same arithmetic from the engine's ops: both give the same output,
+// gradients and moving statistics, in float32 and under mixed_bfloat16 (there within two
+// bfloat16 units of the output: each path rounds its float32 result once, from float32
+// arithmetic done in a different order). The input spans several of the CPU kernel's blocks.
+TEST(BatchNormalization, FusedTrainingEqualsTheComposedOps) {
+  for (const char* policy : {"float32", "mixed_bfloat16"}) {
+    clear_session();
+    mixed_precision::set_global_policy(policy);
+    const bool half = std::string(policy) != "float32";
+    const DType compute = half ? bfloat16 : float32;
+    Tensor x = (testing::random_tensor({16, 9, 9, 12}, 31, float32, -1.0, 1.0) + 3.0).astype(compute);
+    Tensor weights = testing::random_tensor({16, 9, 9, 12}, 32, float32).astype(compute);
+    struct Result {
+      std::vector<double> out, input_gradient, gamma_gradient, beta_gradient, moving_mean, moving_variance;
+    };
+    auto run = [&](bool synchronized) {
+      layers::BatchNormalizationOptions options;
+      options.synchronized = synchronized;
+      options.momentum = 0.5;
+      options.gamma_initializer = initializers::he_uniform(33);
+      options.beta_initializer = initializers::glorot_uniform(34);
+      layers::BatchNormalization norm(options);
+      Tensor input = x.clone().set_requires_grad(true);
+      Tensor out = norm(input, /*training=*/true);
+      EXPECT_EQ(out.dtype(), compute) << policy;
+      ops::sum(ops::cast(out, float32) * ops::cast(weights, float32)).backward();
+      return Result{out.to_vector<double>(),
+                    input.grad().to_vector<double>(),
+                    norm.trainable_weights()[0].grad().to_vector<double>(),
+                    norm.trainable_weights()[1].grad().to_vector<double>(),
+                    norm.moving_mean().to_vector<double>(),
+                    norm.moving_variance().to_vector<double>()};
+    };
+    Result fused = run(false), composed = run(true);
+    const double unit = half ? 1.0 / 256 : 5e-6;
+    const std::string what = std::string(policy) + " ";
+    expect_close(fused.out, composed.out, 2 * unit, what + "output");
+    expect_close(fused.moving_mean, composed.moving_mean, 1e-5, what + "moving mean");
+    expect_close(fused.moving_variance, composed.moving_variance, 1e-4, what + "moving variance");
+    // Gradients sum about 1300 products a channel: relative to the largest.
+    for (auto [name, a, b] : {std::tuple{"input gradient", &fused.input_gradient, &composed.input_gradient},
+                              std::tuple{"gamma gradient", &fused.gamma_gradient, &composed.gamma_gradient},
+                              std::tuple{"beta gradient", &fused.beta_gradient, &composed.beta_gradient}}) {
+      double largest = 1.0;
+      for (double value : *b) largest = std::max(largest, std::abs(value));
+      expect_close(*a, *b, (half ? 4 * unit : 1e-4) * largest, what + name);
+    }
+  }
+  mixed_precision::set_global_policy("float32");
+}
+
+// The statistics accumulate x minus the channel's first element in double: a mean 1000 times
+// the spread loses nothing (float32 sums of x and x^2 would leave no correct digit of the
+// variance), here against float64 arithmetic on the same values.
+TEST(BatchNormalization, FusedStatisticsDoNotCancelUnderALargeMean) {
+  Tensor x = testing::random_tensor({64, 5, 5, 3}, 45, float32, -1.0, 1.0) + 1000.0;
+  Tensor mean, variance;
+  ops::fused_batch_normalization(x, Tensor(), Tensor(), -1, 1e-3, &mean, &variance);
+  Tensor wide = x.astype(float64);
+  Tensor expected_mean = ops::mean(wide, {0, 1, 2});
+  expect_close(mean.to_vector<double>(), expected_mean.to_vector<double>(), 1e-7, "mean");
+  expect_close(variance.to_vector<double>(),
+               ops::mean(ops::square(wide - expected_mean), {0, 1, 2}).to_vector<double>(), 1e-6, "variance");
+}
+
+// The statistics and the gradient's sums run over blocks in a fixed order: the same bits on
+// one thread and on two.
+TEST(BatchNormalization, FusedResultsDoNotDependOnTheThreadCount) {
+  Tensor x = testing::random_tensor({32, 8, 8, 12}, 41, float32);
+  Tensor gamma = testing::random_tensor({12}, 42, float32), beta = testing::random_tensor({12}, 43, float32);
+  Tensor weights = testing::random_tensor({32, 8, 8, 12}, 44, float32);
+  const int threads = num_threads();
+  std::vector<std::vector<double>> results[2];
+  for (int count : {1, 2}) {
+    set_num_threads(count);
+    Tensor input = x.clone().set_requires_grad(true);
+    Tensor mean, variance;
+    Tensor out = ops::fused_batch_normalization(input, gamma, beta, -1, 1e-3, &mean, &variance);
+    ops::sum(out * weights).backward();
+    results[count - 1] = {out.to_vector<double>(), input.grad().to_vector<double>(), mean.to_vector<double>(),
+                          variance.to_vector<double>()};
+  }
+  set_num_threads(threads);
+  for (std::size_t k = 0; k < results[0].size(); ++k) EXPECT_EQ(results[0][k], results[1][k]) << "result " << k;
 }
 
 TEST(BatchNormalization, MovingStatisticsAreSavedAndLoaded) {
