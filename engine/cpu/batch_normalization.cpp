@@ -26,8 +26,14 @@ namespace rules = batch_normalization_rules;
 // Elements per block: 32 KiB of float32, which a thread's widened copy and result keep in L2.
 constexpr std::int64_t kBlockElements = 8192;
 
+// Channels-last rows (inner = 1) are walked a span at a time: `span` elements, whole rows and a
+// multiple of 16, whose element j belongs to channel j % channels. Per-channel values repeated
+// over a span ("lanes") make every inner loop one contiguous run that vectorises, even for the
+// guide convnet's 12 channels, where a loop over one row's channels did not: measured in
+// docs/ARCHITECTURE.md, "Fused batch normalization".
 struct ChannelView {
   std::int64_t outer = 1, channels = 1, inner = 1;
+  std::int64_t span = 1;  // for inner = 1
   std::int64_t rows_per_block = 1, blocks = 0;
   std::int64_t per_channel() const { return outer * inner; }
   std::int64_t row_elements() const { return channels * inner; }
@@ -42,26 +48,42 @@ ChannelView channel_view(const Shape& shape, int axis) {
   view.outer = lines.outer;
   view.channels = lines.length;
   view.inner = lines.inner;
-  view.rows_per_block = std::max<std::int64_t>(1, kBlockElements / std::max<std::int64_t>(1, view.row_elements()));
+  const std::int64_t row = std::max<std::int64_t>(1, view.row_elements());
+  // Rows per span: 16 / gcd(channels, 16), so that a span is a multiple of 16 elements.
+  std::int64_t span_rows = 16;
+  while (span_rows > 1 && view.channels % (16 / span_rows * 2) == 0) span_rows /= 2;
+  view.span = span_rows * std::max<std::int64_t>(1, view.channels);
+  // A block is whole spans (so every block starts at lane 0).
+  view.rows_per_block = std::max<std::int64_t>(span_rows, kBlockElements / row / span_rows * span_rows);
   view.blocks = (view.outer + view.rows_per_block - 1) / view.rows_per_block;
   return view;
 }
 
-// Calls visit(index in the block, channel) for each element of `rows` whole rows.
-template <typename Visit>
-void for_each_in_rows(const ChannelView& view, std::int64_t rows, Visit&& visit) {
-  const std::int64_t channels = view.channels, inner = view.inner;
-  if (inner == 1) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      for (std::int64_t c = 0; c < channels; ++c) visit(r * channels + c, c);
-    }
-    return;
-  }
+// Per-channel values repeated over a span: lane j holds channel j % channels's value.
+template <typename T, typename Source>
+std::vector<T> lanes_of(const ChannelView& view, const Source* per_channel) {
+  std::vector<T> lanes(static_cast<std::size_t>(view.span));
+  for (std::int64_t j = 0; j < view.span; ++j) lanes[static_cast<std::size_t>(j)] = static_cast<T>(per_channel[j % view.channels]);
+  return lanes;
+}
+
+// Adds lane sums into their channels' sums.
+void fold_lanes(const ChannelView& view, const std::vector<double>& lanes, double* per_channel) {
+  for (std::int64_t j = 0; j < view.span; ++j) per_channel[j % view.channels] += lanes[static_cast<std::size_t>(j)];
+}
+
+// inner = 1: calls run(offset, length) for each span of a block of `count` elements (the last
+// one shorter when the block ends mid-span; it still starts at lane 0).
+template <typename Run>
+void for_each_span(const ChannelView& view, std::int64_t count, Run&& run) {
+  for (std::int64_t offset = 0; offset < count; offset += view.span) run(offset, std::min(view.span, count - offset));
+}
+
+// inner > 1: calls run(offset, channel) for each run of `inner` elements of one channel.
+template <typename Run>
+void for_each_channel_run(const ChannelView& view, std::int64_t rows, Run&& run) {
   for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t c = 0; c < channels; ++c) {
-      const std::int64_t base = (r * channels + c) * inner;
-      for (std::int64_t i = 0; i < inner; ++i) visit(base + i, c);
-    }
+    for (std::int64_t c = 0; c < view.channels; ++c) run((r * view.channels + c) * view.inner, c);
   }
 }
 
@@ -148,6 +170,8 @@ void batch_normalization_statistics(const Tensor& x, int axis, Tensor& mean, Ten
   dispatch_element(x.dtype(), "batch normalization statistics", [&](auto zero) {
     using Element = decltype(zero);
     using W = Wide<Element>;
+    per_channel_values<Element>(mean, "the mean");
+    per_channel_values<Element>(variance, "the variance");
     const Element* data = elements_of<Element>(x);
     const std::int64_t channels = view.channels, row = view.row_elements();
     std::vector<double> shift(static_cast<std::size_t>(channels), 0.0);
@@ -156,23 +180,44 @@ void batch_normalization_statistics(const Tensor& x, int axis, Tensor& mean, Ten
         shift[static_cast<std::size_t>(c)] = static_cast<double>(static_cast<W>(data[c * view.inner]));
       }
     }
+    const std::vector<double> shift_lanes = lanes_of<double>(view, shift.data());
     std::vector<double> sum, sum_of_squares;
     channel_sums(
         view,
         [&](std::int64_t block, double* block_sum, double* block_squares) {
           std::vector<float> buffer;
-          const std::int64_t rows = view.rows_in(block);
-          const W* wide = read_block(data + block * view.rows_per_block * row, rows * row, buffer);
-          const double* shifts = shift.data();
-          for_each_in_rows(view, rows, [&](std::int64_t k, std::int64_t c) {
-            const double d = static_cast<double>(wide[k]) - shifts[c];
-            block_sum[c] += d;
-            block_squares[c] += d * d;
+          const std::int64_t rows = view.rows_in(block), count = rows * row;
+          const W* wide = read_block(data + block * view.rows_per_block * row, count, buffer);
+          if (view.inner == 1) {
+            std::vector<double> lane_sum(static_cast<std::size_t>(view.span), 0.0), lane_squares(lane_sum);
+            double* sums = lane_sum.data();
+            double* squares = lane_squares.data();
+            const double* shifts = shift_lanes.data();
+            for_each_span(view, count, [&](std::int64_t offset, std::int64_t length) {
+              const W* in = wide + offset;
+              for (std::int64_t j = 0; j < length; ++j) {
+                const double d = static_cast<double>(in[j]) - shifts[j];
+                sums[j] += d;
+                squares[j] += d * d;
+              }
+            });
+            fold_lanes(view, lane_sum, block_sum);
+            fold_lanes(view, lane_squares, block_squares);
+            return;
+          }
+          for_each_channel_run(view, rows, [&](std::int64_t offset, std::int64_t c) {
+            const double channel_shift = shift[static_cast<std::size_t>(c)];
+            double run_sum = 0, run_squares = 0;
+            for (std::int64_t i = 0; i < view.inner; ++i) {
+              const double d = static_cast<double>(wide[offset + i]) - channel_shift;
+              run_sum += d;
+              run_squares += d * d;
+            }
+            block_sum[c] += run_sum;
+            block_squares[c] += run_squares;
           });
         },
         sum, sum_of_squares);
-    per_channel_values<Element>(mean, "the mean");
-    per_channel_values<Element>(variance, "the variance");
     W* mean_out = elements_of<W>(mean);
     W* variance_out = elements_of<W>(variance);
     for (std::int64_t c = 0; c < channels; ++c) {
@@ -192,17 +237,28 @@ void channel_affine(const Tensor& x, const Tensor& multiplier, const Tensor& off
     using W = Wide<Element>;
     const W* scale = per_channel_values<Element>(multiplier, "the multiplier");
     const W* shift = per_channel_values<Element>(offset, "the offset");
+    const std::vector<W> scale_lanes = lanes_of<W>(view, scale), shift_lanes = lanes_of<W>(view, shift);
     const Element* data = elements_of<Element>(x);
     Element* result = elements_of<Element>(out);
     const std::int64_t row = view.row_elements();
     parallel_for(view.blocks, 1, [&](std::int64_t begin, std::int64_t end) {
       std::vector<float> in_buffer, out_buffer;
       for (std::int64_t block = begin; block < end; ++block) {
-        const std::int64_t rows = view.rows_in(block), start = block * view.rows_per_block * row;
-        const W* wide = read_block(data + start, rows * row, in_buffer);
-        write_block(result + start, rows * row, out_buffer, [&](W* destination) {
-          for_each_in_rows(view, rows, [&](std::int64_t k, std::int64_t c) {
-            destination[k] = wide[k] * scale[c] + shift[c];
+        const std::int64_t count = view.rows_in(block) * row, start = block * view.rows_per_block * row;
+        const W* wide = read_block(data + start, count, in_buffer);
+        write_block(result + start, count, out_buffer, [&](W* destination) {
+          if (view.inner == 1) {
+            const W* scales = scale_lanes.data();
+            const W* shifts = shift_lanes.data();
+            for_each_span(view, count, [&](std::int64_t at, std::int64_t length) {
+              const W* in = wide + at;
+              W* to = destination + at;
+              for (std::int64_t j = 0; j < length; ++j) to[j] = in[j] * scales[j] + shifts[j];
+            });
+            return;
+          }
+          for_each_channel_run(view, view.rows_in(block), [&](std::int64_t at, std::int64_t c) {
+            for (std::int64_t i = 0; i < view.inner; ++i) destination[at + i] = wide[at + i] * scale[c] + shift[c];
           });
         });
       }
@@ -225,52 +281,104 @@ void batch_normalization_gradient(const Tensor& x, const Tensor& output_gradient
     const W* means = per_channel_values<Element>(mean, "the mean");
     const W* inverses = per_channel_values<Element>(inverse, "the inverse deviation");
     const W* scales = per_channel_values<Element>(scale, "the scale");
+    per_channel_values<Element>(gradient_sum, "the gradient sum");
+    per_channel_values<Element>(centered_gradient_sum, "the centered gradient sum");
     const Element* data = elements_of<Element>(x);
     const Element* gradient = elements_of<Element>(output_gradient);
     Element* result = elements_of<Element>(input_gradient);
     const std::int64_t channels = view.channels, row = view.row_elements();
+    const std::vector<W> mean_lanes = lanes_of<W>(view, means);
+
+    // Pass 1: per channel, sum(g) and sum(g * (x - mean)).
     std::vector<double> sum, centered;
     channel_sums(
         view,
         [&](std::int64_t block, double* block_sum, double* block_centered) {
           std::vector<float> x_buffer, gradient_buffer;
-          const std::int64_t rows = view.rows_in(block), start = block * view.rows_per_block * row;
-          const W* wide = read_block(data + start, rows * row, x_buffer);
-          const W* wide_gradient = read_block(gradient + start, rows * row, gradient_buffer);
-          for_each_in_rows(view, rows, [&](std::int64_t k, std::int64_t c) {
-            const double g = static_cast<double>(wide_gradient[k]);
-            block_sum[c] += g;
-            block_centered[c] += g * (static_cast<double>(wide[k]) - static_cast<double>(means[c]));
+          const std::int64_t rows = view.rows_in(block), count = rows * row;
+          const std::int64_t start = block * view.rows_per_block * row;
+          const W* wide = read_block(data + start, count, x_buffer);
+          const W* wide_gradient = read_block(gradient + start, count, gradient_buffer);
+          if (view.inner == 1) {
+            std::vector<double> lane_sum(static_cast<std::size_t>(view.span), 0.0), lane_centered(lane_sum);
+            double* sums = lane_sum.data();
+            double* products = lane_centered.data();
+            const W* lane_means = mean_lanes.data();
+            for_each_span(view, count, [&](std::int64_t offset, std::int64_t length) {
+              const W* in = wide + offset;
+              const W* g = wide_gradient + offset;
+              for (std::int64_t j = 0; j < length; ++j) {
+                const double gradient_value = static_cast<double>(g[j]);
+                sums[j] += gradient_value;
+                products[j] += gradient_value * (static_cast<double>(in[j]) - static_cast<double>(lane_means[j]));
+              }
+            });
+            fold_lanes(view, lane_sum, block_sum);
+            fold_lanes(view, lane_centered, block_centered);
+            return;
+          }
+          for_each_channel_run(view, rows, [&](std::int64_t offset, std::int64_t c) {
+            const double channel_mean = static_cast<double>(means[c]);
+            double run_sum = 0, run_centered = 0;
+            for (std::int64_t i = 0; i < view.inner; ++i) {
+              const double gradient_value = static_cast<double>(wide_gradient[offset + i]);
+              run_sum += gradient_value;
+              run_centered += gradient_value * (static_cast<double>(wide[offset + i]) - channel_mean);
+            }
+            block_sum[c] += run_sum;
+            block_centered[c] += run_centered;
           });
         },
         sum, centered);
-    per_channel_values<Element>(gradient_sum, "the gradient sum");
-    per_channel_values<Element>(centered_gradient_sum, "the centered gradient sum");
+
+    // The per-channel terms of dx = gradient_scale * (g - gradient_mean) - slope * (x - mean).
     W* sum_out = elements_of<W>(gradient_sum);
     W* centered_out = elements_of<W>(centered_gradient_sum);
-    std::vector<W> terms_storage(static_cast<std::size_t>(3 * channels));
-    W* gradient_scale = terms_storage.data();
+    std::vector<W> terms(static_cast<std::size_t>(3 * channels));
+    W* gradient_scale = terms.data();
     W* gradient_mean = gradient_scale + channels;
     W* slope = gradient_mean + channels;
     for (std::int64_t c = 0; c < channels; ++c) {
       const auto k = static_cast<std::size_t>(c);
       sum_out[c] = static_cast<W>(sum[k]);
       centered_out[c] = static_cast<W>(centered[k]);
-      const rules::InputGradientTerms terms = rules::input_gradient_terms(
+      const rules::InputGradientTerms channel_terms = rules::input_gradient_terms(
           static_cast<double>(scales[c]), static_cast<double>(inverses[c]), sum[k], centered[k], view.per_channel());
-      gradient_scale[c] = static_cast<W>(terms.gradient_scale);
-      gradient_mean[c] = static_cast<W>(terms.gradient_mean);
-      slope[c] = static_cast<W>(terms.slope);
+      gradient_scale[c] = static_cast<W>(channel_terms.gradient_scale);
+      gradient_mean[c] = static_cast<W>(channel_terms.gradient_mean);
+      slope[c] = static_cast<W>(channel_terms.slope);
     }
+    const std::vector<W> scale_lanes = lanes_of<W>(view, gradient_scale);
+    const std::vector<W> gradient_mean_lanes = lanes_of<W>(view, gradient_mean);
+    const std::vector<W> slope_lanes = lanes_of<W>(view, slope);
+
+    // Pass 2: dx.
     parallel_for(view.blocks, 1, [&](std::int64_t begin, std::int64_t end) {
       std::vector<float> x_buffer, gradient_buffer, out_buffer;
       for (std::int64_t block = begin; block < end; ++block) {
-        const std::int64_t rows = view.rows_in(block), start = block * view.rows_per_block * row;
-        const W* wide = read_block(data + start, rows * row, x_buffer);
-        const W* wide_gradient = read_block(gradient + start, rows * row, gradient_buffer);
-        write_block(result + start, rows * row, out_buffer, [&](W* destination) {
-          for_each_in_rows(view, rows, [&](std::int64_t k, std::int64_t c) {
-            destination[k] = gradient_scale[c] * (wide_gradient[k] - gradient_mean[c]) - slope[c] * (wide[k] - means[c]);
+        const std::int64_t rows = view.rows_in(block), count = rows * row;
+        const std::int64_t start = block * view.rows_per_block * row;
+        const W* wide = read_block(data + start, count, x_buffer);
+        const W* wide_gradient = read_block(gradient + start, count, gradient_buffer);
+        write_block(result + start, count, out_buffer, [&](W* destination) {
+          if (view.inner == 1) {
+            const W* a = scale_lanes.data();
+            const W* b = gradient_mean_lanes.data();
+            const W* k = slope_lanes.data();
+            const W* m = mean_lanes.data();
+            for_each_span(view, count, [&](std::int64_t at, std::int64_t length) {
+              const W* in = wide + at;
+              const W* g = wide_gradient + at;
+              W* to = destination + at;
+              for (std::int64_t j = 0; j < length; ++j) to[j] = a[j] * (g[j] - b[j]) - k[j] * (in[j] - m[j]);
+            });
+            return;
+          }
+          for_each_channel_run(view, rows, [&](std::int64_t at, std::int64_t c) {
+            for (std::int64_t i = 0; i < view.inner; ++i) {
+              destination[at + i] = gradient_scale[c] * (wide_gradient[at + i] - gradient_mean[c]) -
+                                    slope[c] * (wide[at + i] - means[c]);
+            }
           });
         });
       }
