@@ -198,6 +198,23 @@ TEST(BatchNormalization, FusedStatisticsDoNotCancelUnderALargeMean) {
                ops::mean(ops::square(wide - expected_mean), {0, 1, 2}).to_vector<double>(), 1e-6, "variance");
 }
 
+// No rows: the statistics of nothing are NaN (NumPy's mean of nothing) and the output is empty;
+// no channels: nothing at all.
+TEST(BatchNormalization, FusedOnEmptyInputs) {
+  Tensor mean, variance;
+  Tensor out = ops::fused_batch_normalization(Tensor::zeros({0, 3}), Tensor(), Tensor(), -1, 1e-3, &mean, &variance);
+  EXPECT_EQ(out.shape(), (Shape{0, 3}));
+  for (double value : mean.to_vector<double>()) EXPECT_TRUE(std::isnan(value));
+  for (double value : variance.to_vector<double>()) EXPECT_TRUE(std::isnan(value));
+  EXPECT_EQ(ops::fused_batch_normalization(Tensor::zeros({4, 0}), Tensor(), Tensor(), -1, 1e-3).shape(), (Shape{4, 0}));
+  expect_throw_with<ShapeError>(
+      [] { ops::fused_batch_normalization(Tensor::zeros({4, 3}), Tensor::ones({2}), Tensor(), -1, 1e-3); },
+      "gamma must have shape (3)");
+  expect_throw_with<ValueError>(
+      [] { ops::fused_batch_normalization(Tensor::zeros({4, 3}), Tensor(), Tensor(), -1, 0.0); },
+      "epsilon must be positive and finite, got 0");
+}
+
 // The statistics and the gradient's sums run over blocks in a fixed order: the same bits on
 // one thread and on two.
 TEST(BatchNormalization, FusedResultsDoNotDependOnTheThreadCount) {
