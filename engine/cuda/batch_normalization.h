@@ -28,26 +28,44 @@ inline ChannelGeometry channel_geometry(const Shape& shape, int axis) {
   return {lines.length, lines.inner, per_channel, (per_channel + kReduceChunk - 1) / kReduceChunk};
 }
 
-// partial[(c * chunks + chunk) * 2 + {0, 1}] = the chunk's sums of x - shift and its square,
-// the shift being the channel's first element.
-template <typename T>
-struct StatisticsChunkBody {
-  const T* x;
+// partial[(c * chunks + chunk) * 2 + {0, 1}] = the chunk's sums of the two terms
+// terms(c, at, first, second) gives for the element at flat index `at` of channel c.
+template <typename Terms>
+struct ChannelSumsChunkBody {
+  Terms terms;
   double* partial;
   ChannelGeometry geometry;
   KERAS_HOST_DEVICE void operator()(std::int64_t flat) const {
     const std::int64_t c = flat / geometry.chunks, chunk = flat % geometry.chunks;
-    const double shift = static_cast<double>(x[geometry.index(c, 0)]);
     const std::int64_t begin = chunk * kReduceChunk;
     const std::int64_t end = begin + kReduceChunk < geometry.per_channel ? begin + kReduceChunk : geometry.per_channel;
-    double sum = 0, squares = 0;
-    for (std::int64_t m = begin; m < end; ++m) {
-      const double d = static_cast<double>(x[geometry.index(c, m)]) - shift;
-      sum += d;
-      squares += d * d;
-    }
-    partial[flat * 2] = sum;
-    partial[flat * 2 + 1] = squares;
+    double first = 0, second = 0;
+    for (std::int64_t m = begin; m < end; ++m) terms(c, geometry.index(c, m), first, second);
+    partial[flat * 2] = first;
+    partial[flat * 2 + 1] = second;
+  }
+};
+
+// Channel c's two sums, its chunks folded in order.
+KERAS_HOST_DEVICE inline void fold_chunks(const double* partial, std::int64_t c, std::int64_t chunks, double& first,
+                                          double& second) {
+  first = 0;
+  second = 0;
+  for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
+    first += partial[(c * chunks + chunk) * 2];
+    second += partial[(c * chunks + chunk) * 2 + 1];
+  }
+}
+
+// x - shift and its square, the shift being the channel's first element.
+template <typename T>
+struct ShiftedTerms {
+  const T* x;
+  ChannelGeometry geometry;
+  KERAS_HOST_DEVICE void operator()(std::int64_t c, std::int64_t at, double& sum, double& squares) const {
+    const double d = static_cast<double>(x[at]) - static_cast<double>(x[geometry.index(c, 0)]);
+    sum += d;
+    squares += d * d;
   }
 };
 
@@ -60,10 +78,7 @@ struct StatisticsFinishBody {
   ChannelGeometry geometry;
   KERAS_HOST_DEVICE void operator()(std::int64_t c) const {
     double sum = 0, squares = 0;
-    for (std::int64_t chunk = 0; chunk < geometry.chunks; ++chunk) {
-      sum += partial[(c * geometry.chunks + chunk) * 2];
-      squares += partial[(c * geometry.chunks + chunk) * 2 + 1];
-    }
+    fold_chunks(partial, c, geometry.chunks, sum, squares);
     const double shift = geometry.per_channel > 0 ? static_cast<double>(x[geometry.index(c, 0)]) : 0.0;
     double channel_mean = 0, channel_variance = 0;
     batch_normalization_rules::statistics(shift, sum, squares, geometry.per_channel, channel_mean, channel_variance);
@@ -82,7 +97,7 @@ void batch_normalization_statistics(Launcher& launcher, const Tensor& x, int axi
     auto* partial_data = static_cast<double*>(partial.raw_data());
     if (geometry.chunks > 0) {
       launcher.for_each(geometry.channels * geometry.chunks,
-                        StatisticsChunkBody<T>{elements_of<T>(x), partial_data, geometry});
+                        ChannelSumsChunkBody<ShiftedTerms<T>>{{elements_of<T>(x), geometry}, partial_data, geometry});
     }
     launcher.for_each(geometry.channels, StatisticsFinishBody<T>{elements_of<T>(x), partial_data,
                                                                  elements_of<T>(mean), elements_of<T>(variance),
@@ -115,28 +130,16 @@ void channel_affine(Launcher& launcher, const Tensor& x, const Tensor& multiplie
   });
 }
 
-// partial[(c * chunks + chunk) * 2 + {0, 1}] = the chunk's sums of g and g * (x - mean).
+// g and g * (x - mean).
 template <typename T>
-struct GradientChunkBody {
+struct GradientTerms {
   const T* x;
   const T* gradient;
   const T* mean;
-  double* partial;
-  ChannelGeometry geometry;
-  KERAS_HOST_DEVICE void operator()(std::int64_t flat) const {
-    const std::int64_t c = flat / geometry.chunks, chunk = flat % geometry.chunks;
-    const std::int64_t begin = chunk * kReduceChunk;
-    const std::int64_t end = begin + kReduceChunk < geometry.per_channel ? begin + kReduceChunk : geometry.per_channel;
-    const double channel_mean = static_cast<double>(mean[c]);
-    double sum = 0, centered = 0;
-    for (std::int64_t m = begin; m < end; ++m) {
-      const std::int64_t at = geometry.index(c, m);
-      const double g = static_cast<double>(gradient[at]);
-      sum += g;
-      centered += g * (static_cast<double>(x[at]) - channel_mean);
-    }
-    partial[flat * 2] = sum;
-    partial[flat * 2 + 1] = centered;
+  KERAS_HOST_DEVICE void operator()(std::int64_t c, std::int64_t at, double& sum, double& centered) const {
+    const double g = static_cast<double>(gradient[at]);
+    sum += g;
+    centered += g * (static_cast<double>(x[at]) - static_cast<double>(mean[c]));
   }
 };
 
@@ -152,10 +155,7 @@ struct GradientFinishBody {
   ChannelGeometry geometry;
   KERAS_HOST_DEVICE void operator()(std::int64_t c) const {
     double sum = 0, centered = 0;
-    for (std::int64_t chunk = 0; chunk < geometry.chunks; ++chunk) {
-      sum += partial[(c * geometry.chunks + chunk) * 2];
-      centered += partial[(c * geometry.chunks + chunk) * 2 + 1];
-    }
+    fold_chunks(partial, c, geometry.chunks, sum, centered);
     gradient_sum[c] = static_cast<T>(sum);
     centered_gradient_sum[c] = static_cast<T>(centered);
     const batch_normalization_rules::InputGradientTerms channel_terms = batch_normalization_rules::input_gradient_terms(
@@ -196,8 +196,9 @@ void batch_normalization_gradient(Launcher& launcher, const Tensor& x, const Ten
     auto* terms_data = static_cast<double*>(terms.raw_data());
     if (geometry.chunks > 0) {
       launcher.for_each(geometry.channels * geometry.chunks,
-                        GradientChunkBody<T>{elements_of<T>(x), elements_of<T>(output_gradient),
-                                             elements_of<T>(mean), partial_data, geometry});
+                        ChannelSumsChunkBody<GradientTerms<T>>{
+                            {elements_of<T>(x), elements_of<T>(output_gradient), elements_of<T>(mean)},
+                            partial_data, geometry});
     }
     launcher.for_each(geometry.channels,
                       GradientFinishBody<T>{partial_data, elements_of<T>(inverse), elements_of<T>(scale),
