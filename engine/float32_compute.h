@@ -48,16 +48,17 @@ constexpr bool reads_outputs(std::string_view kernel) {
 KERAS_KERNELS(KERAS_CHECK_UPDATE_IS_LISTED)
 #undef KERAS_CHECK_UPDATE_IS_LISTED
 
-// The CPU's own: its element-wise, softmax and batch normalization kernels fuse the
+// The CPU's own: its element-wise, softmax and normalization kernels fuse the
 // conversions into their loops (engine/cpu/elementwise.cpp, softmax.cpp,
-// batch_normalization.cpp); matmul and convolution multiply bfloat16 on the CPU's bf16
+// batch_normalization.cpp, layer_normalization.cpp); matmul and convolution multiply bfloat16 on the CPU's bf16
 // instructions where it has them (engine/cpu/matmul_primitives.h, convolution.cpp).
 inline bool is_native_on_cpu(std::string_view kernel) {
   return is_native(kernel) || kernel == "unary" || kernel == "unary_gradient" || kernel == "binary" ||
          kernel == "softmax" || kernel == "softmax_gradient" || kernel == "matmul" ||
          kernel == "convolution" || kernel == "convolution_input_gradient" ||
          kernel == "convolution_kernel_gradient" || kernel == "batch_normalization_statistics" ||
-         kernel == "channel_affine" || kernel == "batch_normalization_gradient";
+         kernel == "channel_affine" || kernel == "batch_normalization_gradient" ||
+         kernel == "layer_normalization" || kernel == "layer_normalization_gradient";
 }
 
 // The GPU's own: matmul and convolution run cuBLAS' 16-bit GEMM (float32 accumulation, tensor

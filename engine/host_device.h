@@ -8,3 +8,12 @@
 #else
 #define KERAS_HOST_DEVICE
 #endif
+
+// KERAS_ALWAYS_INLINE marks a rule that the CPU's element loops must inline to vectorise: GCC
+// left scalar::gelu_derivative a call (its erf and exp make it large), so the loop of GELU's
+// gradient ran one element at a time, 10.5% of the transformer step in `perf`.
+#if defined(__CUDACC__)
+#define KERAS_ALWAYS_INLINE __forceinline__
+#else
+#define KERAS_ALWAYS_INLINE [[gnu::always_inline]] inline
+#endif

@@ -40,6 +40,10 @@
 //   batch_normalization_gradient  the input gradient of (x - mean) * inverse * scale + offset
 //                   through the batch statistics, and per channel sum(g) and
 //                   sum(g * (x - mean)) (engine/batch_normalization_rules.h)
+//   layer_normalization  each line of the last axis normalised by its own mean and variance,
+//                   times gamma plus beta (per feature); the lines' mean and inverse deviation
+//                   kept (engine/line_rules.h)
+//   layer_normalization_gradient  its input gradient, and gamma's and beta's (sums over lines)
 #pragma once
 
 #define KERAS_KERNELS(X)                                                                        \
@@ -115,7 +119,15 @@
      const Tensor& scale, int axis, Tensor& input_gradient, Tensor& gradient_sum,               \
      Tensor& centered_gradient_sum),                                                            \
     (x, output_gradient, mean, inverse, scale, axis, input_gradient, gradient_sum,              \
-     centered_gradient_sum))
+     centered_gradient_sum))                                                                    \
+  X(layer_normalization,                                                                        \
+    (const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon, Tensor& out,     \
+     Tensor& mean, Tensor& inverse),                                                            \
+    (x, gamma, beta, epsilon, out, mean, inverse))                                              \
+  X(layer_normalization_gradient,                                                               \
+    (const Tensor& x, const Tensor& output_gradient, const Tensor& mean, const Tensor& inverse, \
+     const Tensor& gamma, Tensor& input_gradient, Tensor& gamma_gradient, Tensor& beta_gradient), \
+    (x, output_gradient, mean, inverse, gamma, input_gradient, gamma_gradient, beta_gradient))
 
 // What engine/float32_compute.h must know of a kernel to run it on bfloat16 and float16,
 // declared here beside the kernels so that a new kernel states it where it is added (each name

@@ -74,4 +74,45 @@ KERAS_HOST_DEVICE void softmax_gradient(const T* y, const T* dy, T* dx, std::int
   }
 }
 
+// Layer normalization of one contiguous line (the last axis): the mean and the biased variance
+// accumulate in double, in two passes over the line (it is in cache for the second), then
+// out = (x - mean) * inverse * gamma + beta with inverse = 1 / sqrt(variance + epsilon); the
+// line's mean and inverse are kept for the gradient.
+template <typename T>
+KERAS_HOST_DEVICE void layer_normalization(const T* in, T* out, std::int64_t length, const T* gamma, const T* beta,
+                                           double epsilon, T& mean_out, T& inverse_out) {
+  double total = 0;
+  for (std::int64_t k = 0; k < length; ++k) total += static_cast<double>(in[k]);
+  const double mean = total / static_cast<double>(length);
+  double squares = 0;
+  for (std::int64_t k = 0; k < length; ++k) {
+    const double d = static_cast<double>(in[k]) - mean;
+    squares += d * d;
+  }
+  const T line_mean = static_cast<T>(mean);
+  const T inverse = static_cast<T>(1.0 / std::sqrt(squares / static_cast<double>(length) + epsilon));
+  for (std::int64_t k = 0; k < length; ++k) out[k] = (in[k] - line_mean) * inverse * gamma[k] + beta[k];
+  mean_out = line_mean;
+  inverse_out = inverse;
+}
+
+// Its input gradient through the line's statistics, with h = (x - mean) * inverse and
+// gg = dy * gamma: dx = inverse * (gg - mean(gg) - h * mean(gg * h)).
+template <typename T>
+KERAS_HOST_DEVICE void layer_normalization_gradient(const T* in, const T* dy, T* dx, std::int64_t length,
+                                                    const T* gamma, T mean, T inverse) {
+  double gradient_total = 0, projected_total = 0;
+  for (std::int64_t k = 0; k < length; ++k) {
+    const double scaled = static_cast<double>(dy[k] * gamma[k]);
+    gradient_total += scaled;
+    projected_total += scaled * static_cast<double>((in[k] - mean) * inverse);
+  }
+  const T gradient_mean = static_cast<T>(gradient_total / static_cast<double>(length));
+  const T projected_mean = static_cast<T>(projected_total / static_cast<double>(length));
+  for (std::int64_t k = 0; k < length; ++k) {
+    const T normalized = (in[k] - mean) * inverse;
+    dx[k] = inverse * (dy[k] * gamma[k] - gradient_mean - normalized * projected_mean);
+  }
+}
+
 }  // namespace keras::line

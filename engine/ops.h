@@ -110,6 +110,11 @@ Tensor log_softmax(const Tensor& x, std::int64_t axis = -1);
 // The gradient flows to x, gamma and beta through the statistics.
 Tensor fused_batch_normalization(const Tensor& x, const Tensor& gamma, const Tensor& beta, std::int64_t axis,
                                  double epsilon, Tensor* batch_mean = nullptr, Tensor* batch_variance = nullptr);
+// LayerNormalization's call as one op: each line of the last axis normalised by its own mean
+// and biased variance, (x - mean) / sqrt(variance + epsilon) * gamma + beta (each of shape
+// (features), undefined for none), in x's dtype, the statistics in float32 for bfloat16 and
+// float16 x. The gradient flows to x, gamma and beta.
+Tensor fused_layer_normalization(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon);
 
 // Sliding windows over channels_last images (batch, height, width, channels), Keras' default
 // data_format; "channels_first" is refused (NotImplementedError). strides, dilation_rate and

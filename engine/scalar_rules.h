@@ -240,7 +240,7 @@ KERAS_HOST_DEVICE T sigmoid_derivative(T x) {
 }
 
 template <typename T>
-KERAS_HOST_DEVICE T gelu_derivative(T x) {
+KERAS_ALWAYS_INLINE KERAS_HOST_DEVICE T gelu_derivative(T x) {
   T cdf = T{0.5} * (T{1} + vectorizable_erf(x * static_cast<T>(kSqrtHalf)));
   T pdf = vectorizable_exp(T{-0.5} * x * x) * static_cast<T>(kInverseSqrtTwoPi);
   return cdf + x * pdf;

@@ -108,16 +108,22 @@ void LayerNormalization::build(const Shape& input_shape) {
 }
 
 Tensor LayerNormalization::call(const Tensor& inputs_in, bool) {
-  // Computes in the weights' dtype (float32 under mixed policies too, as Keras' does), whatever
-  // the input dtype; the output is in the compute dtype.
-  Tensor inputs = inputs_in.dtype() == variable_dtype() ? inputs_in : ops::cast(inputs_in, variable_dtype());
-  const Shape& shape = inputs.shape();  // global: the layer is written once, on whole tensors
+  const Shape& shape = inputs_in.shape();  // global: the layer is written once, on whole tensors
   if (shape.empty() || shape.back() != width_) {
     throw ShapeError(str("LayerNormalization '", name(), "' was built for a last dimension of ", width_,
                          ", got inputs of shape ", shape_to_string(shape)));
   }
+  // Computes in the weights' dtype (float32 under mixed policies too, as Keras' does), whatever
+  // the input dtype; the output is in the compute dtype. One fused op where the input is already
+  // in the compute dtype (engine/ops/normalization.cpp): it reads 16-bit inputs as they are.
+  const DType statistics_dtype = is_half_precision(inputs_in.dtype()) ? float32 : inputs_in.dtype();
+  if (inputs_in.dtype() == compute_dtype() && statistics_dtype == variable_dtype()) {
+    return ops::fused_layer_normalization(inputs_in, gamma_, beta_, epsilon_);
+  }
+  Tensor inputs = inputs_in.dtype() == variable_dtype() ? inputs_in : ops::cast(inputs_in, variable_dtype());
   // Under ModelParallel with the features split, the row statistics are each process's sums
-  // summed (the reduction rule), and the normalisation stays split.
+  // summed (the reduction rule), and the normalisation stays split (the fused op composes these
+  // same ops for split operands).
   Tensor mean = ops::mean(inputs, {-1}, /*keepdims=*/true);
   Tensor centered = inputs - mean;
   Tensor variance = ops::mean(ops::square(centered), {-1}, /*keepdims=*/true);

@@ -440,6 +440,35 @@ std::vector<OpCase> all_cases() {
                    [batch_normalization_reference](const Inputs& in, const auto& shapes) {
                      return batch_normalization_reference(in[0], shapes[0], 1, nullptr, &in[1]);
                    }});
+  // Layer normalization: each line of the last axis by its own statistics,
+  // (x - mean) / sqrt(variance + epsilon) * gamma + beta.
+  auto layer_normalization_reference = [](const Values& x, std::int64_t length, const Values* gamma,
+                                          const Values* beta) {
+    Values out;
+    for (std::size_t start = 0; start < x.size(); start += static_cast<std::size_t>(length)) {
+      double mean = 0, variance = 0;
+      for (std::int64_t k = 0; k < length; ++k) mean += x[start + std::size_t(k)] / double(length);
+      for (std::int64_t k = 0; k < length; ++k) {
+        double d = x[start + std::size_t(k)] - mean;
+        variance += d * d / double(length);
+      }
+      for (std::int64_t k = 0; k < length; ++k) {
+        double normalized = (x[start + std::size_t(k)] - mean) / std::sqrt(variance + 1e-3);
+        out.push_back(normalized * (gamma ? (*gamma)[std::size_t(k)] : 1.0) + (beta ? (*beta)[std::size_t(k)] : 0.0));
+      }
+    }
+    return out;
+  };
+  cases.push_back({"fused_layer_normalization", {{2, 3, 5}, {5}, {5}},
+                   [](const auto& x) { return ops::fused_layer_normalization(x[0], x[1], x[2], 1e-3); },
+                   [layer_normalization_reference](const Inputs& in, const auto&) {
+                     return layer_normalization_reference(in[0], 5, &in[1], &in[2]);
+                   }});
+  cases.push_back({"fused_layer_normalization_without_gamma_and_beta", {{4, 6}},
+                   [](const auto& x) { return ops::fused_layer_normalization(x[0], Tensor(), Tensor(), 1e-3); },
+                   [layer_normalization_reference](const Inputs& in, const auto&) {
+                     return layer_normalization_reference(in[0], 6, nullptr, nullptr);
+                   }});
   cases.push_back({"reshape", {{2, 6}}, [](const auto& x) { return ops::reshape(x[0], {3, -1}); },
                    [](const Inputs& in, const auto&) { return in[0]; }});
   cases.push_back({"transpose", {{2, 3, 4}},

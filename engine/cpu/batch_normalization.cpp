@@ -88,19 +88,12 @@ void for_each_channel_run(const ChannelView& view, std::int64_t rows, Run&& run)
   }
 }
 
-// What an element type computes in: float for float32 and the 16-bit types, double for float64.
-// The statistics, multipliers and offsets are tensors of this type (the op makes them so).
-template <typename Element>
-using Wide = std::conditional_t<std::is_same_v<Element, double>, double, float>;
 
-template <typename Element>
-constexpr bool is_wide = std::is_same_v<Element, Wide<Element>>;
-
-// `count` elements as Wide values: the tensor's own for float32 and float64, widened into
+// `count` elements in their compute type: the tensor's own for float32 and float64, widened into
 // `buffer` for 16-bit ones.
 template <typename Element>
-const Wide<Element>* read_block(const Element* x, std::int64_t count, std::vector<float>& buffer) {
-  if constexpr (is_wide<Element>) {
+const ComputeType<Element>* read_block(const Element* x, std::int64_t count, std::vector<float>& buffer) {
+  if constexpr (computes_as_stored<Element>) {
     return x;
   } else {
     buffer.resize(static_cast<std::size_t>(count));
@@ -109,11 +102,11 @@ const Wide<Element>* read_block(const Element* x, std::int64_t count, std::vecto
   }
 }
 
-// compute(destination) writes `count` Wide results: straight into out for float32 and float64,
+// compute(destination) writes `count` results in the compute type: straight into out for float32 and float64,
 // into `buffer` and rounded once into out for 16-bit ones.
 template <typename Element, typename Compute>
 void write_block(Element* out, std::int64_t count, std::vector<float>& buffer, Compute&& compute) {
-  if constexpr (is_wide<Element>) {
+  if constexpr (computes_as_stored<Element>) {
     compute(out);
   } else {
     buffer.resize(static_cast<std::size_t>(count));
@@ -122,21 +115,15 @@ void write_block(Element* out, std::int64_t count, std::vector<float>& buffer, C
   }
 }
 
-template <typename Fn>
-void dispatch_element(DType dtype, const char* what, Fn&& fn) {
-  if (dispatch_half_precision(dtype, fn)) return;
-  dispatch_floating(dtype, what, fn);
-}
-
 template <typename Element>
-const Wide<Element>* per_channel_values(const Tensor& values, const char* what) {
+const ComputeType<Element>* per_channel_values(const Tensor& values, const char* what) {
   constexpr DType expected = std::is_same_v<Element, double> ? DType::float64 : DType::float32;
   if (values.dtype() != expected) {
     throw DTypeError(str("batch normalization kernel: ", what, " is ", dtype_name(values.dtype()),
                          ", expected ", dtype_name(expected), " for ",
                          std::is_same_v<Element, double> ? "float64" : "float32 or 16-bit", " inputs"));
   }
-  return elements_of<Wide<Element>>(values);
+  return elements_of<ComputeType<Element>>(values);
 }
 
 // Per block, per channel, two double sums of terms(index, channel) = {first, second}, then
@@ -169,9 +156,9 @@ void channel_sums(const ChannelView& view, Terms&& terms, std::vector<double>& f
 void batch_normalization_statistics(const Tensor& x, int axis, Tensor& mean, Tensor& variance) {
   const ChannelView view = channel_view(x.shape(), axis);
   if (view.channels == 0) return;  // nothing to compute or write
-  dispatch_element(x.dtype(), "batch normalization statistics", [&](auto zero) {
+  dispatch_floating_or_half(x.dtype(), "batch normalization statistics", [&](auto zero) {
     using Element = decltype(zero);
-    using W = Wide<Element>;
+    using W = ComputeType<Element>;
     per_channel_values<Element>(mean, "the mean");
     per_channel_values<Element>(variance, "the variance");
     const Element* data = elements_of<Element>(x);
@@ -235,9 +222,9 @@ void batch_normalization_statistics(const Tensor& x, int axis, Tensor& mean, Ten
 void channel_affine(const Tensor& x, const Tensor& multiplier, const Tensor& offset, int axis, Tensor& out) {
   const ChannelView view = channel_view(x.shape(), axis);
   if (view.channels == 0) return;  // nothing to compute or write
-  dispatch_element(x.dtype(), "channel affine", [&](auto zero) {
+  dispatch_floating_or_half(x.dtype(), "channel affine", [&](auto zero) {
     using Element = decltype(zero);
-    using W = Wide<Element>;
+    using W = ComputeType<Element>;
     const W* scale = per_channel_values<Element>(multiplier, "the multiplier");
     const W* shift = per_channel_values<Element>(offset, "the offset");
     const std::vector<W> scale_lanes = lanes_of<W>(view, scale), shift_lanes = lanes_of<W>(view, shift);
@@ -275,9 +262,9 @@ void batch_normalization_gradient(const Tensor& x, const Tensor& output_gradient
                                   Tensor& centered_gradient_sum) {
   const ChannelView view = channel_view(x.shape(), axis);
   if (view.channels == 0) return;  // nothing to compute or write
-  dispatch_element(x.dtype(), "batch normalization gradient", [&](auto zero) {
+  dispatch_floating_or_half(x.dtype(), "batch normalization gradient", [&](auto zero) {
     using Element = decltype(zero);
-    using W = Wide<Element>;
+    using W = ComputeType<Element>;
     if (output_gradient.dtype() != x.dtype()) {
       throw DTypeError(str("batch normalization gradient: the output gradient is ",
                            dtype_name(output_gradient.dtype()), ", expected x's ", dtype_name(x.dtype())));

@@ -6,6 +6,7 @@
 // (engine/half_precision.h) elsewhere and for the tail. Same results bit for bit.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/cpu/kernels.h"
 #include "engine/half_precision.h"
@@ -28,6 +29,19 @@ void round_into(Tensor& out, Compute&& compute) {
   Tensor wide = Tensor::empty(out.local_shape(), float32, out.device());
   compute(wide);
   cast(wide, out);
+}
+
+// For the kernels that read 16-bit tensors a block or a line at a time (normalizations): the
+// type an element type computes in, float for float32 and the 16-bit types, double for float64;
+// and a dispatch over those four.
+template <typename Element>
+using ComputeType = std::conditional_t<std::is_same_v<Element, double>, double, float>;
+template <typename Element>
+constexpr bool computes_as_stored = std::is_same_v<Element, ComputeType<Element>>;
+template <typename Fn>
+void dispatch_floating_or_half(DType dtype, const char* what, Fn&& fn) {
+  if (dispatch_half_precision(dtype, fn)) return;
+  dispatch_floating(dtype, what, fn);
 }
 
 }  // namespace keras::cpu

@@ -58,6 +58,7 @@ decltype(auto) dispatch_element_size(std::size_t bytes, Fn&& fn) {
 #include "engine/cuda/batch_normalization.h"
 #include "engine/cuda/convolution.h"
 #include "engine/cuda/elementwise.h"
+#include "engine/cuda/layer_normalization.h"
 #include "engine/cuda/layout.h"
 #include "engine/cuda/matmul.h"
 #include "engine/cuda/optimizer_updates.h"
