@@ -137,6 +137,40 @@ TEST_F(LayersTest, LayerNormalizationNormalisesTheLastAxis) {
   EXPECT_EQ(norm.variables().size(), 2u);
 }
 
+// Under mixed_bfloat16 a bfloat16 input takes the fused op (engine/ops/normalization.cpp), which
+// reads it as it is; the same values as a float32 input take the composed ops on a float32
+// copy. Both normalise the same float32 values and round once: the outputs agree within two
+// bfloat16 units, the gradients within four units of their largest element. And gamma's
+// gradient, a sum over 2048 lines in fixed blocks, is the same on one thread and on two.
+TEST_F(LayersTest, LayerNormalizationFusedEqualsTheComposedOps) {
+  mixed_precision::set_global_policy("mixed_bfloat16");
+  Tensor values = testing::random_tensor({16, 128, 24}, 5, float32, -3.0, 3.0).astype(bfloat16).astype(float32);
+  Tensor weights = testing::random_tensor({16, 128, 24}, 6, float32);
+  auto run = [&](DType input_dtype, int threads) {
+    set_num_threads(threads);
+    clear_session();
+    layers::LayerNormalization norm;
+    Tensor input = values.astype(input_dtype).set_requires_grad(true);
+    Tensor out = norm(input);
+    EXPECT_EQ(out.dtype(), bfloat16);
+    ops::sum(ops::cast(out, float32) * weights).backward();
+    return std::vector<std::vector<double>>{out.to_vector<double>(), input.grad().to_vector<double>(),
+                                            norm.trainable_weights()[0].grad().to_vector<double>(),
+                                            norm.trainable_weights()[1].grad().to_vector<double>()};
+  };
+  const int threads = num_threads();
+  auto fused = run(bfloat16, 1), fused_two_threads = run(bfloat16, 2), composed = run(float32, 1);
+  set_num_threads(threads);
+  mixed_precision::set_global_policy("float32");
+  const char* names[] = {"output", "input gradient", "gamma gradient", "beta gradient"};
+  for (std::size_t k = 0; k < fused.size(); ++k) {
+    double largest = 1.0;
+    for (double value : composed[k]) largest = std::max(largest, std::abs(value));
+    expect_close(fused[k], composed[k], (k == 0 ? 2.0 : 4.0) / 256 * largest, names[k]);
+    EXPECT_EQ(fused[k], fused_two_threads[k]) << names[k] << " on two threads";
+  }
+}
+
 // A linearly separable 3-class problem that a small MLP must learn.
 TEST_F(LayersTest, FitConvergesAndReportsKerasLogs) {
   Blobs train = make_blobs(600, 11), test = make_blobs(300, 12);
