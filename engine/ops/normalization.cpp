@@ -1,7 +1,7 @@
 // fused_batch_normalization and fused_layer_normalization: BatchNormalization's training step
 // and LayerNormalization's call as one op each, with their gradient rules beside them.
 //
-// fused_batch_normalization (TensorFlow's fused_batch_norm): Three kernels do the work
+// fused_batch_normalization (TensorFlow's fused_batch_norm): three kernels do the work
 // (engine/kernel_list.h): the batch statistics in one pass, the normalisation as one
 // per-channel affine pass, and the gradient through the statistics in two passes; the
 // per-channel arithmetic between them runs on tensors of one value per channel. 16-bit inputs
@@ -50,9 +50,9 @@ Tensor composed_layer_normalization(const Tensor& x, const Tensor& gamma, const 
   return out.dtype() == x.dtype() ? out : cast(out, x.dtype());
 }
 
-// The same computation from the engine's ops: mean, variance, normalise in the statistics'
-// dtype, round once into x's dtype.
-Tensor composed(const Tensor& x, const Tensor& gamma, const Tensor& beta, int axis, double epsilon,
+// BatchNormalization's training step from the engine's ops: mean, variance, normalise in the
+// statistics' dtype, round once into x's dtype.
+Tensor composed_batch_normalization(const Tensor& x, const Tensor& gamma, const Tensor& beta, int axis, double epsilon,
                 Tensor* batch_mean, Tensor* batch_variance) {
   const DType wide_dtype = statistics_dtype(x.dtype());
   Tensor wide = x.dtype() == wide_dtype ? x : cast(x, wide_dtype);
@@ -90,7 +90,7 @@ Tensor fused_batch_normalization(const Tensor& x, const Tensor& gamma, const Ten
   check_per_channel(gamma, "gamma", channels, x);
   check_per_channel(beta, "beta", channels, x);
   if (detail::goes_through_handler({&x, &gamma, &beta})) {
-    return composed(x, gamma, beta, axis, epsilon, batch_mean, batch_variance);
+    return composed_batch_normalization(x, gamma, beta, axis, epsilon, batch_mean, batch_variance);
   }
 
   const DType wide_dtype = statistics_dtype(x.dtype());
