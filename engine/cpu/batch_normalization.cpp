@@ -88,33 +88,8 @@ void for_each_channel_run(const ChannelView& view, std::int64_t rows, Run&& run)
   }
 }
 
-
-// `count` elements in their compute type: the tensor's own for float32 and float64, widened into
-// `buffer` for 16-bit ones.
-template <typename Element>
-const ComputeType<Element>* read_block(const Element* x, std::int64_t count, std::vector<float>& buffer) {
-  if constexpr (computes_as_stored<Element>) {
-    return x;
-  } else {
-    buffer.resize(static_cast<std::size_t>(count));
-    widen(x, buffer.data(), count);
-    return buffer.data();
-  }
-}
-
-// compute(destination) writes `count` results in the compute type: straight into out for float32 and float64,
-// into `buffer` and rounded once into out for 16-bit ones.
-template <typename Element, typename Compute>
-void write_block(Element* out, std::int64_t count, std::vector<float>& buffer, Compute&& compute) {
-  if constexpr (computes_as_stored<Element>) {
-    compute(out);
-  } else {
-    buffer.resize(static_cast<std::size_t>(count));
-    compute(buffer.data());
-    narrow(buffer.data(), out, count);
-  }
-}
-
+// A per-channel tensor (statistics, multipliers, offsets) in the compute type, checked: the op
+// makes them so.
 template <typename Element>
 const ComputeType<Element>* per_channel_values(const Tensor& values, const char* what) {
   constexpr DType expected = std::is_same_v<Element, double> ? DType::float64 : DType::float32;
@@ -176,7 +151,7 @@ void batch_normalization_statistics(const Tensor& x, int axis, Tensor& mean, Ten
         [&](std::int64_t block, double* block_sum, double* block_squares) {
           std::vector<float> buffer;
           const std::int64_t rows = view.rows_in(block), count = rows * row;
-          const W* wide = read_block(data + block * view.rows_per_block * row, count, buffer);
+          const W* wide = in_compute_type(data + block * view.rows_per_block * row, count, buffer);
           if (view.inner == 1) {
             std::vector<double> lane_sum(static_cast<std::size_t>(view.span), 0.0), lane_squares(lane_sum);
             double* sums = lane_sum.data();
@@ -235,8 +210,8 @@ void channel_affine(const Tensor& x, const Tensor& multiplier, const Tensor& off
       std::vector<float> in_buffer, out_buffer;
       for (std::int64_t block = begin; block < end; ++block) {
         const std::int64_t count = view.rows_in(block) * row, start = block * view.rows_per_block * row;
-        const W* wide = read_block(data + start, count, in_buffer);
-        write_block(result + start, count, out_buffer, [&](W* destination) {
+        const W* wide = in_compute_type(data + start, count, in_buffer);
+        write_from_compute_type(result + start, count, out_buffer, [&](W* destination) {
           if (view.inner == 1) {
             const W* scales = scale_lanes.data();
             const W* shifts = shift_lanes.data();
@@ -288,8 +263,8 @@ void batch_normalization_gradient(const Tensor& x, const Tensor& output_gradient
           std::vector<float> x_buffer, gradient_buffer;
           const std::int64_t rows = view.rows_in(block), count = rows * row;
           const std::int64_t start = block * view.rows_per_block * row;
-          const W* wide = read_block(data + start, count, x_buffer);
-          const W* wide_gradient = read_block(gradient + start, count, gradient_buffer);
+          const W* wide = in_compute_type(data + start, count, x_buffer);
+          const W* wide_gradient = in_compute_type(gradient + start, count, gradient_buffer);
           if (view.inner == 1) {
             std::vector<double> lane_sum(static_cast<std::size_t>(view.span), 0.0), lane_centered(lane_sum);
             double* sums = lane_sum.data();
@@ -349,9 +324,9 @@ void batch_normalization_gradient(const Tensor& x, const Tensor& output_gradient
       for (std::int64_t block = begin; block < end; ++block) {
         const std::int64_t rows = view.rows_in(block), count = rows * row;
         const std::int64_t start = block * view.rows_per_block * row;
-        const W* wide = read_block(data + start, count, x_buffer);
-        const W* wide_gradient = read_block(gradient + start, count, gradient_buffer);
-        write_block(result + start, count, out_buffer, [&](W* destination) {
+        const W* wide = in_compute_type(data + start, count, x_buffer);
+        const W* wide_gradient = in_compute_type(gradient + start, count, gradient_buffer);
+        write_from_compute_type(result + start, count, out_buffer, [&](W* destination) {
           if (view.inner == 1) {
             const W* a = scale_lanes.data();
             const W* b = gradient_mean_lanes.data();

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "engine/cpu/kernels.h"
 #include "engine/half_precision.h"
@@ -42,6 +43,32 @@ template <typename Fn>
 void dispatch_floating_or_half(DType dtype, const char* what, Fn&& fn) {
   if (dispatch_half_precision(dtype, fn)) return;
   dispatch_floating(dtype, what, fn);
+}
+
+// `count` elements in their compute type: the tensor's own for float32 and float64, widened
+// into `buffer` (beside the thread, in cache) for 16-bit ones.
+template <typename Element>
+const ComputeType<Element>* in_compute_type(const Element* x, std::int64_t count, std::vector<float>& buffer) {
+  if constexpr (computes_as_stored<Element>) {
+    return x;
+  } else {
+    buffer.resize(static_cast<std::size_t>(count));
+    widen(x, buffer.data(), count);
+    return buffer.data();
+  }
+}
+
+// compute(destination) writes `count` results in the compute type: straight into out for
+// float32 and float64, into `buffer` and rounded once into out for 16-bit ones.
+template <typename Element, typename Compute>
+void write_from_compute_type(Element* out, std::int64_t count, std::vector<float>& buffer, Compute&& compute) {
+  if constexpr (computes_as_stored<Element>) {
+    compute(out);
+  } else {
+    buffer.resize(static_cast<std::size_t>(count));
+    compute(buffer.data());
+    narrow(buffer.data(), out, count);
+  }
 }
 
 }  // namespace keras::cpu

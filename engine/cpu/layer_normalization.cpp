@@ -44,30 +44,6 @@ auto compute_values(Tensorish& values, const char* what) {
   return elements_of<ComputeType<Element>>(values);
 }
 
-// One line in their compute type: the tensor's own, or widened into `buffer`.
-template <typename Element>
-const ComputeType<Element>* wide_line(const Element* line, std::int64_t length, std::vector<float>& buffer) {
-  if constexpr (computes_as_stored<Element>) {
-    return line;
-  } else {
-    buffer.resize(static_cast<std::size_t>(length));
-    widen(line, buffer.data(), length);
-    return buffer.data();
-  }
-}
-
-// compute(destination) writes one line's results in the compute type: into out, or into `buffer` and rounded once.
-template <typename Element, typename Compute>
-void write_line(Element* out, std::int64_t length, std::vector<float>& buffer, Compute&& compute) {
-  if constexpr (computes_as_stored<Element>) {
-    compute(out);
-  } else {
-    buffer.resize(static_cast<std::size_t>(length));
-    compute(buffer.data());
-    narrow(buffer.data(), out, length);
-  }
-}
-
 }  // namespace
 
 void layer_normalization(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon, Tensor& out,
@@ -88,8 +64,8 @@ void layer_normalization(const Tensor& x, const Tensor& gamma, const Tensor& bet
                  [&](std::int64_t begin, std::int64_t end) {
                    std::vector<float> in_buffer, out_buffer;
                    for (std::int64_t line = begin; line < end; ++line) {
-                     const W* in = wide_line(data + line * length, length, in_buffer);
-                     write_line(result + line * length, length, out_buffer, [&](W* destination) {
+                     const W* in = in_compute_type(data + line * length, length, in_buffer);
+                     write_from_compute_type(result + line * length, length, out_buffer, [&](W* destination) {
                        line::layer_normalization(in, destination, length, scale, offset, epsilon, means[line],
                                                  inverses[line]);
                      });
@@ -129,10 +105,10 @@ void layer_normalization_gradient(const Tensor& x, const Tensor& output_gradient
         double* beta_sums = gamma_sums + length;
         const std::int64_t last = std::min(view.lines, (block + 1) * lines_per_block);
         for (std::int64_t line = block * lines_per_block; line < last; ++line) {
-          const W* in = wide_line(data + line * length, length, x_buffer);
-          const W* dy = wide_line(gradient + line * length, length, gradient_buffer);
+          const W* in = in_compute_type(data + line * length, length, x_buffer);
+          const W* dy = in_compute_type(gradient + line * length, length, gradient_buffer);
           const W line_mean = means[line], line_inverse = inverses[line];
-          write_line(result + line * length, length, out_buffer, [&](W* destination) {
+          write_from_compute_type(result + line * length, length, out_buffer, [&](W* destination) {
             line::layer_normalization_gradient(in, dy, destination, length, scale, line_mean, line_inverse);
           });
           for (std::int64_t k = 0; k < length; ++k) {
