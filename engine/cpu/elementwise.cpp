@@ -105,29 +105,60 @@ void gradient_half(const Half* x, const Half* gradient, Half* out, std::int64_t 
       x, gradient);
 }
 
+// out[i] = fn(a[i], b[i]) on float32 chunks, in a plain function with __restrict pointers as
+// map_range: written inline over the chunk arrays, with a running index into the repeated
+// operand, GCC kept these loops scalar, and a bfloat16 bias add over the attention scores
+// took 5x the float32 add's time (1.6 against 0.32 ms for 16x4x128x128, one thread).
+template <typename Fn>
+void zip_range(const float* __restrict a, const float* __restrict b, float* __restrict out, std::int64_t n, Fn fn) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = fn(a[i], b[i]);
+}
+template <typename Fn>
+void zip_range_with_value(const float* __restrict a, float value, float* __restrict out, std::int64_t n,
+                          bool value_first, Fn fn) {
+  if (value_first) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = fn(value, a[i]);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = fn(a[i], value);
+  }
+}
+
 template <typename Half, typename Fn>
 void zip_half(const Half* a, const Half* b, Half* out, std::int64_t count, Fn fn) {
   in_float32_chunks(
-      out, count,
-      [&](auto& in, float* result, std::int64_t, std::int64_t n) {
-        for (std::int64_t i = 0; i < n; ++i) result[i] = fn(in[0][i], in[1][i]);
-      },
+      out, count, [&](auto& in, float* result, std::int64_t, std::int64_t n) { zip_range(in[0], in[1], result, n, fn); },
       a, b);
 }
 
-// Broadcasting of the common kind: `b` repeats along the leading axes of `a` (a bias over the
-// last axis, a scalar), given widened whole (it is small); `a` goes through in chunks. `b_first`:
-// the broadcast operand is the left one of fn.
+// Broadcasting of the common kind: `small` (`period` elements) repeats along the leading axes
+// of `a` (a bias over the last axis, the attention mask over the scores, a scalar); `a` goes
+// through in chunks. `small_first`: the repeated operand is the left one of fn. The repeated
+// values are widened once and tiled to period + kHalfChunk elements, so every chunk meets them
+// as one contiguous run starting at (chunk start) % period.
 template <typename Half, typename Fn>
-void zip_half_repeating(const Half* a, const float* b, std::int64_t period, Half* out, std::int64_t count,
-                        bool b_first, Fn fn) {
+void zip_half_repeating(const Half* a, const Half* small, std::int64_t period, Half* out, std::int64_t count,
+                        bool small_first, Fn fn) {
+  if (period == 1) {
+    const float value = static_cast<float>(small[0]);
+    in_float32_chunks(
+        out, count,
+        [&](auto& in, float* result, std::int64_t, std::int64_t n) {
+          zip_range_with_value(in[0], value, result, n, small_first, fn);
+        },
+        a);
+    return;
+  }
+  std::vector<float> tiled(static_cast<std::size_t>(period + kHalfChunk));
+  widen(small, tiled.data(), period);
+  for (std::size_t i = static_cast<std::size_t>(period); i < tiled.size(); ++i) tiled[i] = tiled[i - static_cast<std::size_t>(period)];
   in_float32_chunks(
       out, count,
       [&](auto& in, float* result, std::int64_t start, std::int64_t n) {
-        std::int64_t at = start % period;
-        for (std::int64_t i = 0; i < n; ++i) {
-          result[i] = b_first ? fn(b[at], in[0][i]) : fn(in[0][i], b[at]);
-          if (++at == period) at = 0;
+        const float* repeated = tiled.data() + start % period;
+        if (small_first) {
+          zip_range(repeated, in[0], result, n, fn);
+        } else {
+          zip_range(in[0], repeated, result, n, fn);
         }
       },
       a);
@@ -361,10 +392,8 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
         }
         const bool b_repeats = a_whole;
         const Tensor& small = b_repeats ? b : a;
-        std::vector<float> repeated(static_cast<std::size_t>(small.size()));
-        widen(b_repeats ? pb : pa, repeated.data(), small.size());
-        zip_half_repeating(b_repeats ? pa : pb, repeated.data(), std::max<std::int64_t>(small.size(), 1), po,
-                           out.size(), /*b_first=*/!b_repeats, fn);
+        zip_half_repeating(b_repeats ? pa : pb, b_repeats ? pb : pa, small.size(), po, out.size(),
+                           /*small_first=*/!b_repeats, fn);
       };
       switch (op) {
         case BinaryOp::add: run([](float x, float y) { return x + y; }); break;
