@@ -25,15 +25,49 @@ KERAS_HOST_DEVICE std::int64_t arg_reduce(const T* base, std::int64_t length, st
   return best;
 }
 
+// The sum in double of term(0) + ... + term(length - 1), in kSumLanes interleaved partial
+// sums added in a fixed order at the end: the same result on every thread count and backend,
+// and the CPU vectorises it. One running double sum is a chain of dependent adds (4 cycles an
+// element): softmax over 16x4x128x128 scores took 2.8 ms on one Xeon core with it.
+constexpr int kSumLanes = 8;
+template <typename Term>
+KERAS_HOST_DEVICE double lane_sum(std::int64_t length, Term term) {
+  double lanes[kSumLanes] = {};
+  std::int64_t k = 0;
+  for (; k + kSumLanes <= length; k += kSumLanes) {
+    for (int j = 0; j < kSumLanes; ++j) lanes[j] += term(k + j);
+  }
+  for (int j = 0; k < length; ++k, ++j) lanes[j] += term(k);
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
+// The largest element of a line, in kSumLanes interleaved running maxima: NaN is skipped
+// unless it comes first in its lane, and any NaN in the line makes softmax's sum NaN anyway.
+template <typename T>
+KERAS_HOST_DEVICE T line_maximum(const T* in, std::int64_t length, std::int64_t stride) {
+  T lanes[kSumLanes];
+  for (int j = 0; j < kSumLanes; ++j) lanes[j] = in[0];
+  std::int64_t k = 0;
+  for (; k + kSumLanes <= length; k += kSumLanes) {
+    for (int j = 0; j < kSumLanes; ++j) {
+      T value = in[(k + j) * stride];
+      lanes[j] = value > lanes[j] ? value : lanes[j];
+    }
+  }
+  for (; k < length; ++k) {
+    T value = in[k * stride];
+    lanes[0] = value > lanes[0] ? value : lanes[0];
+  }
+  T largest = lanes[0];
+  for (int j = 1; j < kSumLanes; ++j) largest = lanes[j] > largest ? lanes[j] : largest;
+  return largest;
+}
+
 // out = softmax(in) or log_softmax(in) along the line.
 template <typename T>
 KERAS_HOST_DEVICE void softmax(const T* in, T* out, std::int64_t length, std::int64_t stride,
                                bool log) {
-  T largest = in[0];
-  for (std::int64_t k = 1; k < length; ++k) {
-    T value = in[k * stride];
-    largest = value > largest ? value : largest;
-  }
+  const T largest = line_maximum(in, length, stride);
   // The exponentials in a loop of their own, apart from the sum in double, so that the CPU
   // vectorises them (scalar::vectorizable_exp): with glibc's expf one at a time, and its slow
   // path for the causal mask's -inf, softmax's exp took 3.7% of the mixed_bfloat16 transformer
@@ -42,11 +76,8 @@ KERAS_HOST_DEVICE void softmax(const T* in, T* out, std::int64_t length, std::in
     T shifted = in[k * stride] - largest;
     out[k * stride] = log ? shifted : scalar::vectorizable_exp(shifted);
   }
-  double total = 0;
-  for (std::int64_t k = 0; k < length; ++k) {
-    T value = out[k * stride];
-    total += log ? scalar::vectorizable_exp(value) : value;
-  }
+  const double total = log ? lane_sum(length, [&](std::int64_t k) { return static_cast<double>(scalar::vectorizable_exp(out[k * stride])); })
+                           : lane_sum(length, [&](std::int64_t k) { return static_cast<double>(out[k * stride]); });
   if (log) {
     T log_total = static_cast<T>(std::log(total));
     for (std::int64_t k = 0; k < length; ++k) out[k * stride] -= log_total;
@@ -62,11 +93,8 @@ KERAS_HOST_DEVICE void softmax(const T* in, T* out, std::int64_t length, std::in
 template <typename T>
 KERAS_HOST_DEVICE void softmax_gradient(const T* y, const T* dy, T* dx, std::int64_t length,
                                         std::int64_t stride, bool log) {
-  double total = 0;
-  for (std::int64_t k = 0; k < length; ++k) {
-    std::int64_t at = k * stride;
-    total += log ? dy[at] : dy[at] * y[at];
-  }
+  const double total = log ? lane_sum(length, [&](std::int64_t k) { return static_cast<double>(dy[k * stride]); })
+                           : lane_sum(length, [&](std::int64_t k) { return static_cast<double>(dy[k * stride] * y[k * stride]); });
   T t = static_cast<T>(total);
   for (std::int64_t k = 0; k < length; ++k) {
     std::int64_t at = k * stride;
@@ -81,14 +109,12 @@ KERAS_HOST_DEVICE void softmax_gradient(const T* y, const T* dy, T* dx, std::int
 template <typename T>
 KERAS_HOST_DEVICE void layer_normalization(const T* in, T* out, std::int64_t length, const T* gamma, const T* beta,
                                            double epsilon, T& mean_out, T& inverse_out) {
-  double total = 0;
-  for (std::int64_t k = 0; k < length; ++k) total += static_cast<double>(in[k]);
-  const double mean = total / static_cast<double>(length);
-  double squares = 0;
-  for (std::int64_t k = 0; k < length; ++k) {
+  const double mean = lane_sum(length, [&](std::int64_t k) { return static_cast<double>(in[k]); }) /
+                      static_cast<double>(length);
+  const double squares = lane_sum(length, [&](std::int64_t k) {
     const double d = static_cast<double>(in[k]) - mean;
-    squares += d * d;
-  }
+    return d * d;
+  });
   const T line_mean = static_cast<T>(mean);
   const T inverse = static_cast<T>(1.0 / std::sqrt(squares / static_cast<double>(length) + epsilon));
   for (std::int64_t k = 0; k < length; ++k) out[k] = (in[k] - line_mean) * inverse * gamma[k] + beta[k];
@@ -101,12 +127,10 @@ KERAS_HOST_DEVICE void layer_normalization(const T* in, T* out, std::int64_t len
 template <typename T>
 KERAS_HOST_DEVICE void layer_normalization_gradient(const T* in, const T* dy, T* dx, std::int64_t length,
                                                     const T* gamma, T mean, T inverse) {
-  double gradient_total = 0, projected_total = 0;
-  for (std::int64_t k = 0; k < length; ++k) {
-    const double scaled = static_cast<double>(dy[k] * gamma[k]);
-    gradient_total += scaled;
-    projected_total += scaled * static_cast<double>((in[k] - mean) * inverse);
-  }
+  const double gradient_total = lane_sum(length, [&](std::int64_t k) { return static_cast<double>(dy[k] * gamma[k]); });
+  const double projected_total = lane_sum(length, [&](std::int64_t k) {
+    return static_cast<double>(dy[k] * gamma[k]) * static_cast<double>((in[k] - mean) * inverse);
+  });
   const T gradient_mean = static_cast<T>(gradient_total / static_cast<double>(length));
   const T projected_mean = static_cast<T>(projected_total / static_cast<double>(length));
   for (std::int64_t k = 0; k < length; ++k) {
