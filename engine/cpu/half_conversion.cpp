@@ -8,9 +8,79 @@
 
 namespace keras::cpu {
 
+#ifdef KERAS_HALF_CONVERSION_AVX2
+namespace {
+
+// 16-wide versions for CPUs with AVX-512, found at run time (the build targets x86-64-v3): the
+// 8-wide loops ran at 0.21-0.25 ns an element on one core of the Xeon VM whether the data was
+// in cache or not (1M float32 -> bfloat16: 0.25 ms), so they are bound by their instructions,
+// not by memory. Each converts the whole 16-element groups of `count` and returns how many it
+// converted; the callers finish the rest. Same results bit for bit as the scalar rules.
+// GCC 12's unmasked forms of these intrinsics start from an undefined register, which
+// -Wmaybe-uninitialized reports at every use; the zero-masked forms with every lane selected
+// are the same instructions.
+constexpr __mmask16 kAllLanes = 0xffff;
+
+bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return has;
+}
+
+__attribute__((target("avx512f,avx512bw"))) std::int64_t widen_avx512(const BFloat16* in, float* out, std::int64_t count) {
+  std::int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    __m256i halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAllLanes, _mm512_maskz_cvtepu16_epi32(kAllLanes, halves), 16)));
+  }
+  return i;
+}
+
+__attribute__((target("avx512f,avx512bw"))) std::int64_t widen_avx512(const Float16* in, float* out, std::int64_t count) {
+  std::int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    __m256i halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    _mm512_storeu_ps(out + i, _mm512_maskz_cvtph_ps(kAllLanes, halves));
+  }
+  return i;
+}
+
+__attribute__((target("avx512f,avx512bw"))) std::int64_t narrow_avx512(const float* in, BFloat16* out, std::int64_t count) {
+  const __m512i rounding_bias = _mm512_set1_epi32(0x7fff);
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i magnitude_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i infinity = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet_nan = _mm512_set1_epi32(0x7fc0);
+  const __m512i sign_bit = _mm512_set1_epi32(0x8000);
+  std::int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(in + i));
+    __m512i upper = _mm512_maskz_srli_epi32(kAllLanes, bits, 16);
+    // Round to nearest even, NaN to a quiet NaN of its sign: narrow()'s 8-wide rule.
+    __m512i rounded = _mm512_maskz_srli_epi32(kAllLanes, _mm512_add_epi32(bits, _mm512_add_epi32(rounding_bias, _mm512_and_si512(upper, one))), 16);
+    __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, magnitude_mask), infinity);
+    __m512i nan = _mm512_or_si512(_mm512_and_si512(upper, sign_bit), quiet_nan);
+    __m512i result = _mm512_mask_blend_epi32(is_nan, rounded, nan);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_maskz_cvtepi32_epi16(kAllLanes, result));
+  }
+  return i;
+}
+
+__attribute__((target("avx512f,avx512bw"))) std::int64_t narrow_avx512(const float* in, Float16* out, std::int64_t count) {
+  std::int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    __m256i halves = _mm512_maskz_cvtps_ph(kAllLanes, _mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), halves);
+  }
+  return i;
+}
+
+}  // namespace
+#endif
+
 void widen(const BFloat16* in, float* out, std::int64_t count) {
   std::int64_t i = 0;
 #ifdef KERAS_HALF_CONVERSION_AVX2
+  if (cpu_has_avx512()) i = widen_avx512(in, out, count);
   for (; i + 8 <= count; i += 8) {
     __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
     __m256i words = _mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16);
@@ -23,6 +93,7 @@ void widen(const BFloat16* in, float* out, std::int64_t count) {
 void widen(const Float16* in, float* out, std::int64_t count) {
   std::int64_t i = 0;
 #ifdef KERAS_HALF_CONVERSION_AVX2
+  if (cpu_has_avx512()) i = widen_avx512(in, out, count);
   for (; i + 8 <= count; i += 8) {
     __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
     _mm256_storeu_ps(out + i, _mm256_cvtph_ps(halves));
@@ -34,6 +105,7 @@ void widen(const Float16* in, float* out, std::int64_t count) {
 void narrow(const float* in, BFloat16* out, std::int64_t count) {
   std::int64_t i = 0;
 #ifdef KERAS_HALF_CONVERSION_AVX2
+  if (cpu_has_avx512()) i = narrow_avx512(in, out, count);
   const __m256i rounding_bias = _mm256_set1_epi32(0x7fff);
   const __m256i one = _mm256_set1_epi32(1);
   const __m256i magnitude_mask = _mm256_set1_epi32(0x7fffffff);
@@ -60,6 +132,7 @@ void narrow(const float* in, BFloat16* out, std::int64_t count) {
 void narrow(const float* in, Float16* out, std::int64_t count) {
   std::int64_t i = 0;
 #ifdef KERAS_HALF_CONVERSION_AVX2
+  if (cpu_has_avx512()) i = narrow_avx512(in, out, count);
   for (; i + 8 <= count; i += 8) {
     __m128i halves = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), halves);
