@@ -27,11 +27,13 @@ namespace {
 // Splits one product C[M,N] = op(A)[M,K] @ op(B)[K,N] across the pool: by rows of C when C is
 // tall or `rows_only`, by columns when it is wide, and not at all when the product is small.
 // `run` computes the rows [row_begin, row_end) and columns [column_begin, column_end) of C.
+// Below ~4 M multiply-adds (about 30 us on one core) waking a pool thread costs more than it
+// saves: 128x1024x10 ran at 16 GFLOP/s on two threads against 48 on one (measured).
+constexpr std::int64_t kSmallProduct = std::int64_t{1} << 22;
+
 template <typename Run>
 void split_product(std::int64_t m, std::int64_t n, std::int64_t k, Run&& run, bool rows_only = false) {
-  // Below ~4 M multiply-adds (about 30 us on one core) waking a pool thread costs more than it
-  // saves: 128x1024x10 ran at 16 GFLOP/s on two threads against 48 on one (measured).
-  if (m * n * k < (std::int64_t{1} << 22)) {
+  if (m * n * k < kSmallProduct) {
     run(0, m, 0, n);
     return;
   }
@@ -46,6 +48,21 @@ void split_product(std::int64_t m, std::int64_t n, std::int64_t k, Run&& run, bo
   }
 }
 
+// C = op(A) @ op(B) for one block on the calling thread; the layout's ldc is C's row stride.
+void sgemm_block(const float* a, const float* b, float* c, const ProductLayout& layout) {
+  limit_openmp_to_this_thread();
+  if (layout.transpose_b && !layout.transpose_a) {  // faster on the primitive (matmul_primitives.h)
+    run_matmul_primitive(float32, a, b, c, layout);
+    return;
+  }
+  dnnl_status_t status = dnnl_sgemm(layout.transpose_a ? 'T' : 'N', layout.transpose_b ? 'T' : 'N', layout.m,
+                                    layout.n, layout.k, 1.0f, a, layout.lda, b, layout.ldb, 0.0f, c, layout.ldc);
+  if (status != dnnl_success) {
+    throw Error(str("oneDNN sgemm failed with status ", static_cast<int>(status), " for M=", layout.m,
+                    " N=", layout.n, " K=", layout.k));
+  }
+}
+
 // One float32 product op(A)[M,K] @ op(B)[K,N] = C[M,N], row-major.
 void sgemm_rows(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n,
                 std::int64_t k, bool transpose_a, bool transpose_b) {
@@ -53,23 +70,82 @@ void sgemm_rows(const float* a, const float* b, float* c, std::int64_t m, std::i
   std::int64_t ldb = transpose_b ? k : n;
   split_product(m, n, k, [&](std::int64_t row_begin, std::int64_t row_end, std::int64_t column_begin,
                              std::int64_t column_end) {
-    limit_openmp_to_this_thread();
     const float* a_part = transpose_a ? a + row_begin : a + row_begin * lda;
     const float* b_part = transpose_b ? b + column_begin * ldb : b + column_begin;
-    if (transpose_b && !transpose_a) {  // faster on the primitive (matmul_primitives.h)
-      run_matmul_primitive(float32, a_part, b_part, c + row_begin * n + column_begin,
-                           {row_end - row_begin, column_end - column_begin, k, lda, ldb, n, false, true});
-      return;
-    }
-    dnnl_status_t status =
-        dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', row_end - row_begin,
-                   column_end - column_begin, k, 1.0f, a_part, lda, b_part, ldb, 0.0f,
-                   c + row_begin * n + column_begin, n);
-    if (status != dnnl_success) {
-      throw Error(str("oneDNN sgemm failed with status ", static_cast<int>(status), " for M=",
-                      row_end - row_begin, " N=", column_end - column_begin, " K=", k));
-    }
+    sgemm_block(a_part, b_part, c + row_begin * n + column_begin,
+                {row_end - row_begin, column_end - column_begin, k, lda, ldb, n, transpose_a, transpose_b});
   });
+}
+
+// Products too small for split_product to split (the attention's 128x128x32 per batch item
+// and head), several in a batch: the items go to the pool's threads instead, so two threads
+// share the work (each item alone ran on the calling thread).
+bool splits_by_item(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k) {
+  return batch > 1 && m * n * k < kSmallProduct;
+}
+
+// 16-bit products on float32 copies made beside the thread, a block at a time, each result
+// rounded once (engine/float32_compute.h's rule), for the CPUs whose bfloat16 multiplies do not
+// pay and for float16. Copying whole operands and the whole float32 result first sent every
+// element through memory three more times; the conversions are bound by memory at these sizes
+// (1M elements: 0.23 ns an element either way, 8 or 16 wide), so the blocks are sized for the
+// core's cache: the widened rows of A and the float32 rows of C, 64K floats (256 KiB) at most.
+template <typename Half>
+void half_products_on_float32_blocks(const Half* a, const Half* b, Half* c, std::int64_t batch, std::int64_t m,
+                                     std::int64_t n, std::int64_t k, bool transpose_a, bool transpose_b) {
+  const std::int64_t lda = transpose_a ? m : k, ldb = transpose_b ? k : n;
+  const std::int64_t a_size = m * k, b_size = k * n, c_size = m * n;
+  if (m * n * k < kSmallProduct) {
+    // Whole items, each on one thread: all three copies of an item are small.
+    parallel_for(batch, 1, [&](std::int64_t begin, std::int64_t end) {
+      Tensor wide_a = Tensor::empty({a_size}, float32), wide_b = Tensor::empty({b_size}, float32);
+      Tensor wide_c = Tensor::empty({c_size}, float32);
+      float* pa = elements_of<float>(wide_a);
+      float* pb = elements_of<float>(wide_b);
+      float* pc = elements_of<float>(wide_c);
+      for (std::int64_t item = begin; item < end; ++item) {
+        widen(a + item * a_size, pa, a_size);
+        widen(b + item * b_size, pb, b_size);
+        sgemm_block(pa, pb, pc, {m, n, k, lda, ldb, n, transpose_a, transpose_b});
+        narrow(pc, c + item * c_size, c_size);
+      }
+    });
+    return;
+  }
+  Tensor wide_b = Tensor::empty({b_size}, float32);
+  float* pb = elements_of<float>(wide_b);
+  for (std::int64_t item = 0; item < batch; ++item) {
+    const Half* item_a = a + item * a_size;
+    const Half* item_b = b + item * b_size;
+    Half* item_c = c + item * c_size;
+    parallel_for(b_size, std::int64_t{1} << 14, [&](std::int64_t begin, std::int64_t end) {
+      widen(item_b + begin, pb + begin, end - begin);
+    });
+    split_product(m, n, k, [&](std::int64_t row_begin, std::int64_t row_end, std::int64_t column_begin,
+                               std::int64_t column_end) {
+      const std::int64_t columns = column_end - column_begin;
+      const std::int64_t block_rows = std::clamp<std::int64_t>((std::int64_t{1} << 16) / std::max<std::int64_t>(columns, 1),
+                                                               16, row_end - row_begin);
+      Tensor wide_a = Tensor::empty({block_rows * k}, float32), wide_c = Tensor::empty({block_rows * columns}, float32);
+      float* pa = elements_of<float>(wide_a);
+      float* pc = elements_of<float>(wide_c);
+      const float* b_part = transpose_b ? pb + column_begin * ldb : pb + column_begin;
+      for (std::int64_t first = row_begin; first < row_end; first += block_rows) {
+        const std::int64_t rows = std::min(block_rows, row_end - first);
+        // Rows [first, first + rows) of op(A), widened as stored: contiguous rows of A, or a
+        // band of columns of A when it is read transposed.
+        if (transpose_a) {
+          for (std::int64_t inner = 0; inner < k; ++inner) widen(item_a + inner * lda + first, pa + inner * rows, rows);
+        } else {
+          widen(item_a + first * lda, pa, rows * k);
+        }
+        sgemm_block(pa, b_part, pc, {rows, columns, k, transpose_a ? rows : k, ldb, columns, transpose_a, transpose_b});
+        for (std::int64_t row = 0; row < rows; ++row) {
+          narrow(pc + row * columns, item_c + (first + row) * n + column_begin, columns);
+        }
+      }
+    });
+  }
 }
 
 // One bfloat16 product on the CPU's bf16 instructions, split as sgemm_rows. False (nothing
@@ -130,12 +206,30 @@ void matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b
     const auto* pa = static_cast<const BFloat16*>(a.raw_data());
     const auto* pb = static_cast<const BFloat16*>(b.raw_data());
     auto* pc = static_cast<BFloat16*>(out.raw_data());
+    const ProductLayout layout{m, n, k, transpose_a ? m : k, transpose_b ? k : n, n, transpose_a, transpose_b};
+    if (splits_by_item(batch, m, n, k) && matmul_primitive_is_fast(bfloat16, layout)) {
+      parallel_for(batch, 1, [&](std::int64_t begin, std::int64_t end) {
+        limit_openmp_to_this_thread();
+        for (std::int64_t i = begin; i < end; ++i) {
+          run_matmul_primitive(bfloat16, pa + i * m * k, pb + i * k * n, pc + i * m * n, layout);
+        }
+      });
+      return;
+    }
     bool done = true;
     for (std::int64_t i = 0; i < batch && done; ++i) {
       done = bfloat16_gemm_rows(pa + i * m * k, pb + i * k * n, pc + i * m * n, m, n, k, transpose_a,
                                 transpose_b);
     }
     if (done) return;
+  }
+  if (is_half_precision(a.dtype()) && a.dtype() == b.dtype() && a.dtype() == out.dtype()) {
+    dispatch_half_precision(a.dtype(), [&](auto half) {
+      using Half = decltype(half);
+      half_products_on_float32_blocks(elements_of<Half>(a), elements_of<Half>(b), elements_of<Half>(out), batch, m, n,
+                                      k, transpose_a, transpose_b);
+    });
+    return;
   }
   if (is_half_precision(a.dtype()) || is_half_precision(b.dtype()) || is_half_precision(out.dtype())) {
     // float32 copies, one rounding of each result (engine/float32_compute.h); also where a
@@ -147,6 +241,13 @@ void matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b
     const float* pa = static_cast<const float*>(a.raw_data());
     const float* pb = static_cast<const float*>(b.raw_data());
     float* pc = static_cast<float*>(out.raw_data());
+    if (splits_by_item(batch, m, n, k)) {
+      const ProductLayout layout{m, n, k, transpose_a ? m : k, transpose_b ? k : n, n, transpose_a, transpose_b};
+      parallel_for(batch, 1, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) sgemm_block(pa + i * m * k, pb + i * k * n, pc + i * m * n, layout);
+      });
+      return;
+    }
     for (std::int64_t i = 0; i < batch; ++i) {
       sgemm_rows(pa + i * m * k, pb + i * k * n, pc + i * m * n, m, n, k, transpose_a,
                  transpose_b);
