@@ -178,8 +178,11 @@ TEST(HalfPrecisionTensors, LargeProductsInEveryOrientationRoundOnce) {
   struct Product {
     std::int64_t batch, m, n, k;
   };
-  // Tall (split by rows), wide (split by 64-column panels), batched, and small (one call).
-  const Product products[] = {{1, 160, 96, 300}, {1, 24, 700, 256}, {3, 64, 80, 200}, {1, 5, 7, 9}};
+  // Tall (split by rows), wide (split by 64-column panels), batched, and small (one call); on
+  // float32 copies, tall enough that each thread's rows go in several cache-sized blocks, alone
+  // and batched.
+  const Product products[] = {{1, 160, 96, 300}, {1, 24, 700, 256}, {3, 64, 80, 200}, {1, 5, 7, 9},
+                              {1, 600, 256, 64}, {2, 300, 256, 64}};
   for (DType dtype : {bfloat16, float16}) {
     for (const Product& p : products) {
       for (bool transpose_a : {false, true}) {
@@ -206,6 +209,29 @@ TEST(HalfPrecisionTensors, LargeProductsInEveryOrientationRoundOnce) {
     }
   }
   set_num_threads(threads);
+}
+
+// einsum on 16-bit tensors: the product rounded once, as the same einsum in float32 rounded;
+// where a letter is summed out before the product, the sum too stays in float32.
+TEST(HalfPrecisionTensors, EinsumRoundsOnceAsFloat32Rounded) {
+  struct Case {
+    const char* equation;
+    Shape a, b;
+  };
+  const Case cases[] = {{"aecd,abcd->acbe", {2, 9, 3, 4}, {2, 7, 3, 4}},   // attention scores
+                        {"acbe,aecd->abcd", {2, 3, 7, 9}, {2, 9, 3, 4}},   // their product with the values
+                        {"btd,de->bte", {3, 40, 16}, {16, 24}},            // a dense layer
+                        {"ij,kl->ik", {5, 300}, {6, 300}}};                // both operands summed first
+  for (DType dtype : {bfloat16, float16}) {
+    for (const Case& c : cases) {
+      Tensor a = testing::random_tensor(c.a, 31, float32).astype(dtype);
+      Tensor b = testing::random_tensor(c.b, 32, float32).astype(dtype);
+      Tensor expected = ops::einsum(c.equation, a.astype(float32), b.astype(float32)).astype(dtype);
+      Tensor got = ops::einsum(c.equation, a, b);
+      EXPECT_EQ(got.dtype(), dtype);
+      EXPECT_EQ(got.to_vector<double>(), expected.to_vector<double>()) << c.equation << " " << dtype_name(dtype);
+    }
+  }
 }
 
 // A 16-bit operand meeting a float32 one (a float32 seed's gradient through a bfloat16 product)
