@@ -54,7 +54,7 @@ KERAS_KERNELS(KERAS_CHECK_UPDATE_IS_LISTED)
 // instructions where it has them (engine/cpu/matmul_primitives.h, convolution.cpp).
 inline bool is_native_on_cpu(std::string_view kernel) {
   return is_native(kernel) || kernel == "unary" || kernel == "unary_gradient" || kernel == "binary" ||
-         kernel == "softmax" || kernel == "softmax_gradient" || kernel == "matmul" ||
+         kernel == "reduce" || kernel == "softmax" || kernel == "softmax_gradient" || kernel == "matmul" ||
          kernel == "convolution" || kernel == "convolution_input_gradient" ||
          kernel == "convolution_kernel_gradient" || kernel == "batch_normalization_statistics" ||
          kernel == "channel_affine" || kernel == "batch_normalization_gradient" ||

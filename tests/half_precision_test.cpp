@@ -234,6 +234,33 @@ TEST(HalfPrecisionTensors, EinsumRoundsOnceAsFloat32Rounded) {
   }
 }
 
+// Reductions read 16-bit tensors as they are, a row at a time, with the arithmetic of a
+// float32 copy: the same bits as reducing the copy and rounding, over every block layout (row
+// sums, column sums, both, axes apart), NaN included.
+TEST(HalfPrecisionTensors, ReductionsEqualTheFloat32CopyRounded) {
+  Tensor x = testing::random_tensor({6, 70, 5, 33}, 41, float32);
+  std::vector<float> values = x.to_vector<float>();
+  values[1000] = std::numeric_limits<float>::quiet_NaN();
+  Tensor with_nan = Tensor::from_vector(values, x.shape());
+  const std::vector<std::vector<std::int64_t>> axes_cases = {{3}, {0}, {1}, {0, 1}, {1, 3}, {0, 2}, {0, 1, 2, 3}, {}};
+  for (DType dtype : {bfloat16, float16}) {
+    for (const Tensor& source : {x, with_nan}) {
+      Tensor half = source.astype(dtype);
+      Tensor wide = half.astype(float32);
+      auto same_bits = [](const Tensor& got, const Tensor& expected) {
+        return got.dtype() == expected.dtype() && got.shape() == expected.shape() &&
+               std::memcmp(got.raw_data(), expected.raw_data(), got.nbytes()) == 0;
+      };
+      for (const auto& axes : axes_cases) {
+        const std::string what = str(dtype_name(dtype), " axes ", shape_to_string(axes));
+        EXPECT_TRUE(same_bits(ops::sum(half, axes), ops::sum(wide, axes).astype(dtype))) << what;
+        EXPECT_TRUE(same_bits(ops::max(half, axes), ops::max(wide, axes).astype(dtype))) << what;
+        EXPECT_TRUE(same_bits(ops::min(half, axes), ops::min(wide, axes).astype(dtype))) << what;
+      }
+    }
+  }
+}
+
 // A 16-bit operand meeting a float32 one (a float32 seed's gradient through a bfloat16 product)
 // is read as 16 bits, never as float32: the product of float32 copies.
 TEST(HalfPrecisionTensors, AProductOfMixedDtypesReadsEachAsItIs) {
