@@ -2,8 +2,8 @@
 // float64 to Eigen. bfloat16 goes to oneDNN's bf16 matmul where the CPU's bfloat16 multiplies
 // pay (AMX, or AVX512-BF16 measured fast), and otherwise, as float16 always, to sgemm on
 // float32 copies rounded back once (engine/float32_compute.h's rule, applied here because
-// matmul is native on the CPU). The matmul primitives and the bfloat16 decision:
-// engine/cpu/matmul_primitives.h.
+// matmul is native on the CPU), made a cache-sized block at a time beside each thread. The
+// matmul primitives and the bfloat16 decision: engine/cpu/matmul_primitives.h.
 // Measured here (one core, AVX-512, shapes of the 784-1024-1024-10 MLP at batch 128):
 // oneDNN sgemm 136-165 GFLOP/s, Eigen 3.4 125-135, Debian's OpenBLAS 0.3.21 serial 28
 // (71 with OPENBLAS_CORETYPE=Haswell), BLIS 0.9 65-75. We split the rows of the output across
@@ -24,13 +24,13 @@
 namespace keras::cpu {
 namespace {
 
-// Splits one product C[M,N] = op(A)[M,K] @ op(B)[K,N] across the pool: by rows of C when C is
-// tall or `rows_only`, by columns when it is wide, and not at all when the product is small.
-// `run` computes the rows [row_begin, row_end) and columns [column_begin, column_end) of C.
 // Below ~4 M multiply-adds (about 30 us on one core) waking a pool thread costs more than it
 // saves: 128x1024x10 ran at 16 GFLOP/s on two threads against 48 on one (measured).
 constexpr std::int64_t kSmallProduct = std::int64_t{1} << 22;
 
+// Splits one product C[M,N] = op(A)[M,K] @ op(B)[K,N] across the pool: by rows of C when C is
+// tall or `rows_only`, by columns when it is wide, and not at all when the product is small.
+// `run` computes the rows [row_begin, row_end) and columns [column_begin, column_end) of C.
 template <typename Run>
 void split_product(std::int64_t m, std::int64_t n, std::int64_t k, Run&& run, bool rows_only = false) {
   if (m * n * k < kSmallProduct) {
@@ -124,8 +124,8 @@ void half_products_on_float32_blocks(const Half* a, const Half* b, Half* c, std:
     split_product(m, n, k, [&](std::int64_t row_begin, std::int64_t row_end, std::int64_t column_begin,
                                std::int64_t column_end) {
       const std::int64_t columns = column_end - column_begin;
-      const std::int64_t block_rows = std::clamp<std::int64_t>((std::int64_t{1} << 16) / std::max<std::int64_t>(columns, 1),
-                                                               16, row_end - row_begin);
+      const std::int64_t block_rows =
+          std::min(row_end - row_begin, std::max<std::int64_t>(16, (std::int64_t{1} << 16) / std::max<std::int64_t>(columns, 1)));
       Tensor wide_a = Tensor::empty({block_rows * k}, float32), wide_c = Tensor::empty({block_rows * columns}, float32);
       float* pa = elements_of<float>(wide_a);
       float* pc = elements_of<float>(wide_c);
