@@ -180,9 +180,9 @@ TEST(HalfPrecisionTensors, LargeProductsInEveryOrientationRoundOnce) {
   };
   // Tall (split by rows), wide (split by 64-column panels), batched, and small (one call); on
   // float32 copies, tall enough that each thread's rows go in several cache-sized blocks, alone
-  // and batched.
+  // and batched, and large with fewer rows than a block.
   const Product products[] = {{1, 160, 96, 300}, {1, 24, 700, 256}, {3, 64, 80, 200}, {1, 5, 7, 9},
-                              {1, 600, 256, 64}, {2, 300, 256, 64}};
+                              {1, 600, 256, 64}, {2, 300, 256, 64}, {1, 8, 1000, 600}};
   for (DType dtype : {bfloat16, float16}) {
     for (const Product& p : products) {
       for (bool transpose_a : {false, true}) {
