@@ -48,15 +48,16 @@ void split_product(std::int64_t m, std::int64_t n, std::int64_t k, Run&& run, bo
   }
 }
 
-// C = op(A) @ op(B) for one block on the calling thread; the layout's ldc is C's row stride.
-void sgemm_block(const float* a, const float* b, float* c, const ProductLayout& layout) {
+// C = op(A) @ op(B), or C += op(A) @ op(B) when `accumulate`, for one block on the calling
+// thread; the layout's ldc is C's row stride.
+void sgemm_block(const float* a, const float* b, float* c, const ProductLayout& layout, bool accumulate = false) {
   limit_openmp_to_this_thread();
-  if (layout.transpose_b && !layout.transpose_a) {  // faster on the primitive (matmul_primitives.h)
+  if (layout.transpose_b && !layout.transpose_a && !accumulate) {  // faster on the primitive (matmul_primitives.h)
     run_matmul_primitive(float32, a, b, c, layout);
     return;
   }
-  dnnl_status_t status = dnnl_sgemm(layout.transpose_a ? 'T' : 'N', layout.transpose_b ? 'T' : 'N', layout.m,
-                                    layout.n, layout.k, 1.0f, a, layout.lda, b, layout.ldb, 0.0f, c, layout.ldc);
+  dnnl_status_t status = dnnl_sgemm(layout.transpose_a ? 'T' : 'N', layout.transpose_b ? 'T' : 'N', layout.m, layout.n,
+                                    layout.k, 1.0f, a, layout.lda, b, layout.ldb, accumulate ? 1.0f : 0.0f, c, layout.ldc);
   if (status != dnnl_success) {
     throw Error(str("oneDNN sgemm failed with status ", static_cast<int>(status), " for M=", layout.m,
                     " N=", layout.n, " K=", layout.k));
@@ -84,19 +85,40 @@ bool splits_by_item(std::int64_t batch, std::int64_t m, std::int64_t n, std::int
   return batch > 1 && m * n * k < kSmallProduct;
 }
 
+// Widens rows [first_row, first_row + rows) and columns [first_column, first_column + columns)
+// of a row-major matrix with row stride `stride` into `out` (rows x columns, dense).
+template <typename Half>
+void widen_block(const Half* matrix, std::int64_t stride, std::int64_t first_row, std::int64_t rows,
+                 std::int64_t first_column, std::int64_t columns, float* out) {
+  if (columns == stride) {
+    widen(matrix + first_row * stride, out, rows * columns);
+    return;
+  }
+  for (std::int64_t row = 0; row < rows; ++row) {
+    widen(matrix + (first_row + row) * stride + first_column, out + row * columns, columns);
+  }
+}
+
+// Floats in one block of an operand or of the result: 256 KiB, within the core's L2.
+constexpr std::int64_t kBlockFloats = std::int64_t{1} << 16;
+
 // 16-bit products on float32 copies made beside the thread, a block at a time, each result
 // rounded once (engine/float32_compute.h's rule), for the CPUs whose bfloat16 multiplies do not
 // pay and for float16. Copying whole operands and the whole float32 result first sent every
-// element through memory three more times; the conversions are bound by memory at these sizes
-// (1M elements: 0.23 ns an element either way, 8 or 16 wide), so the blocks are sized for the
-// core's cache: the widened rows of A and the float32 rows of C, 64K floats (256 KiB) at most.
+// element through memory three more times: the conversions are bound by memory (widening 1M
+// elements from memory into memory took 0.23 ns an element, 8 or 16 wide; into a buffer in
+// cache 0.15), so the copies are blocks of kBlockFloats:
+// - small products (the attention's, per batch item and head): whole items, the items split
+//   across the threads;
+// - B small (a layer's kernel): B widened once, then blocks of rows of op(A) and C;
+// - B large and C small (a kernel's gradient, x^T @ dy, k the batch's rows): blocks of k, each
+//   block's product added into C in float32 (sgemm's own blocks of k do the same).
 template <typename Half>
 void half_products_on_float32_blocks(const Half* a, const Half* b, Half* c, std::int64_t batch, std::int64_t m,
                                      std::int64_t n, std::int64_t k, bool transpose_a, bool transpose_b) {
   const std::int64_t lda = transpose_a ? m : k, ldb = transpose_b ? k : n;
   const std::int64_t a_size = m * k, b_size = k * n, c_size = m * n;
   if (m * n * k < kSmallProduct) {
-    // Whole items, each on one thread: all three copies of an item are small.
     parallel_for(batch, 1, [&](std::int64_t begin, std::int64_t end) {
       Tensor wide_a = Tensor::empty({a_size}, float32), wide_b = Tensor::empty({b_size}, float32);
       Tensor wide_c = Tensor::empty({c_size}, float32);
@@ -112,34 +134,64 @@ void half_products_on_float32_blocks(const Half* a, const Half* b, Half* c, std:
     });
     return;
   }
-  Tensor wide_b = Tensor::empty({b_size}, float32);
-  float* pb = elements_of<float>(wide_b);
+  const bool blocks_of_k = b_size >= 4 * kBlockFloats && c_size <= 4 * kBlockFloats;
+  Tensor wide_b = blocks_of_k ? Tensor() : Tensor::empty({b_size}, float32);
   for (std::int64_t item = 0; item < batch; ++item) {
     const Half* item_a = a + item * a_size;
     const Half* item_b = b + item * b_size;
     Half* item_c = c + item * c_size;
-    parallel_for(b_size, std::int64_t{1} << 14, [&](std::int64_t begin, std::int64_t end) {
-      widen(item_b + begin, pb + begin, end - begin);
-    });
+    if (!blocks_of_k) {
+      float* pb = elements_of<float>(wide_b);
+      parallel_for(b_size, std::int64_t{1} << 14, [&](std::int64_t begin, std::int64_t end) {
+        widen(item_b + begin, pb + begin, end - begin);
+      });
+    }
     split_product(m, n, k, [&](std::int64_t row_begin, std::int64_t row_end, std::int64_t column_begin,
                                std::int64_t column_end) {
-      const std::int64_t columns = column_end - column_begin;
+      const std::int64_t rows_in_part = row_end - row_begin, columns = column_end - column_begin;
+      // Rows of op(A) and C a block at a time (all of them when blocks of k are taken: C is
+      // small), and k a block at a time or whole.
       const std::int64_t block_rows =
-          std::min(row_end - row_begin, std::max<std::int64_t>(16, (std::int64_t{1} << 16) / std::max<std::int64_t>(columns, 1)));
-      Tensor wide_a = Tensor::empty({block_rows * k}, float32), wide_c = Tensor::empty({block_rows * columns}, float32);
+          blocks_of_k ? rows_in_part
+                      : std::min(rows_in_part, std::max<std::int64_t>(16, kBlockFloats / std::max(columns, k)));
+      const std::int64_t block_k =
+          blocks_of_k ? std::min(k, std::max<std::int64_t>(16, kBlockFloats / std::max(block_rows, columns))) : k;
+      Tensor wide_a = Tensor::empty({block_rows * block_k}, float32), wide_c = Tensor::empty({block_rows * columns}, float32);
+      Tensor wide_b_block = blocks_of_k ? Tensor::empty({block_k * columns}, float32) : Tensor();
       float* pa = elements_of<float>(wide_a);
       float* pc = elements_of<float>(wide_c);
-      const float* b_part = transpose_b ? pb + column_begin * ldb : pb + column_begin;
       for (std::int64_t first = row_begin; first < row_end; first += block_rows) {
         const std::int64_t rows = std::min(block_rows, row_end - first);
-        // Rows [first, first + rows) of op(A), widened as stored: contiguous rows of A, or a
-        // band of columns of A when it is read transposed.
-        if (transpose_a) {
-          for (std::int64_t inner = 0; inner < k; ++inner) widen(item_a + inner * lda + first, pa + inner * rows, rows);
-        } else {
-          widen(item_a + first * lda, pa, rows * k);
+        for (std::int64_t first_k = 0; first_k < k; first_k += block_k) {
+          const std::int64_t depth = std::min(block_k, k - first_k);
+          // op(A)'s rows [first, first + rows) and columns [first_k, first_k + depth), widened as
+          // stored (transposed: A's rows [first_k, ...) and columns [first, ...)).
+          if (transpose_a) {
+            widen_block(item_a, lda, first_k, depth, first, rows, pa);
+          } else {
+            widen_block(item_a, lda, first, rows, first_k, depth, pa);
+          }
+          const float* b_block;
+          std::int64_t b_stride;
+          if (blocks_of_k) {
+            float* pb = elements_of<float>(wide_b_block);
+            if (transpose_b) {
+              widen_block(item_b, ldb, column_begin, columns, first_k, depth, pb);
+              b_stride = depth;
+            } else {
+              widen_block(item_b, ldb, first_k, depth, column_begin, columns, pb);
+              b_stride = columns;
+            }
+            b_block = pb;
+          } else {
+            const float* pb = elements_of<float>(wide_b);
+            b_block = transpose_b ? pb + column_begin * ldb : pb + column_begin;
+            b_stride = ldb;
+          }
+          sgemm_block(pa, b_block, pc,
+                      {rows, columns, depth, transpose_a ? rows : depth, b_stride, columns, transpose_a, transpose_b},
+                      /*accumulate=*/first_k > 0);
         }
-        sgemm_block(pa, b_part, pc, {rows, columns, k, transpose_a ? rows : k, ldb, columns, transpose_a, transpose_b});
         for (std::int64_t row = 0; row < rows; ++row) {
           narrow(pc + row * columns, item_c + (first + row) * n + column_begin, columns);
         }
