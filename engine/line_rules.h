@@ -41,8 +41,9 @@ KERAS_HOST_DEVICE double lane_sum(std::int64_t length, Term term) {
   return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
-// The largest element of a line, in kSumLanes interleaved running maxima: NaN is skipped
-// unless it comes first in its lane, and any NaN in the line makes softmax's sum NaN anyway.
+// The largest element of a line, in kSumLanes interleaved running maxima, each starting from
+// the first element: a NaN is skipped unless it is the first element, as with one running
+// maximum (and any NaN in the line makes softmax's sum NaN anyway).
 template <typename T>
 KERAS_HOST_DEVICE T line_maximum(const T* in, std::int64_t length, std::int64_t stride) {
   T lanes[kSumLanes];
