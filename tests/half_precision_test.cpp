@@ -183,7 +183,7 @@ TEST(HalfPrecisionTensors, LargeProductsInEveryOrientationRoundOnce) {
   // and batched, large with fewer rows than a block, and deep enough to be summed in blocks of
   // k (a kernel gradient's shape: B large, C small).
   const Product products[] = {{1, 160, 96, 300}, {1, 24, 700, 256}, {3, 64, 80, 200}, {1, 5, 7, 9},
-                              {1, 600, 256, 64}, {2, 300, 256, 64}, {1, 8, 1000, 600}, {1, 48, 160, 2048}};
+                              {1, 1200, 256, 64}, {2, 1200, 256, 32}, {1, 8, 1000, 600}, {1, 48, 160, 2048}};
   for (DType dtype : {bfloat16, float16}) {
     for (const Product& p : products) {
       for (bool transpose_a : {false, true}) {
