@@ -32,11 +32,11 @@ void round_into(Tensor& out, Compute&& compute) {
   cast(wide, out);
 }
 
-// For the kernels that read 16-bit tensors a block or a line at a time (normalizations): the
-// type an element type computes in, float for float32 and the 16-bit types, double for float64;
-// and a dispatch over those four.
+// For the kernels that read 16-bit tensors a block or a line at a time (normalizations,
+// reductions): the type an element type computes in, float for the 16-bit types and the type
+// itself for every other; and a dispatch over the four floating types.
 template <typename Element>
-using ComputeType = std::conditional_t<std::is_same_v<Element, double>, double, float>;
+using ComputeType = std::conditional_t<is_half_precision_type<Element>, float, Element>;
 template <typename Element>
 constexpr bool computes_as_stored = std::is_same_v<Element, ComputeType<Element>>;
 template <typename Fn>
@@ -45,8 +45,8 @@ void dispatch_floating_or_half(DType dtype, const char* what, Fn&& fn) {
   dispatch_floating(dtype, what, fn);
 }
 
-// `count` elements in their compute type: the tensor's own for float32 and float64, widened
-// into `buffer` (beside the thread, in cache) for 16-bit ones.
+// `count` elements in their compute type: the tensor's own for all but the 16-bit types, which
+// are widened into `buffer` (beside the thread, in cache).
 template <typename Element>
 const ComputeType<Element>* in_compute_type(const Element* x, std::int64_t count, std::vector<float>& buffer) {
   if constexpr (computes_as_stored<Element>) {

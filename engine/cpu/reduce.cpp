@@ -17,18 +17,6 @@
 namespace keras::cpu {
 namespace {
 
-// `count` elements from `x` as T: x itself, or (16-bit input) widened into `buffer`.
-template <typename T, typename In>
-const T* as_compute_type(const In* x, std::int64_t count, std::vector<float>& buffer) {
-  if constexpr (std::is_same_v<In, T>) {
-    return x;
-  } else {
-    buffer.resize(static_cast<std::size_t>(count));
-    widen(x, buffer.data(), count);
-    return buffer.data();
-  }
-}
-
 // One block [outer, reduced, inner] of `in` (elements In) into `out` (elements T, the compute
 // type). A 16-bit input is widened a row (or a row's columns) at a time beside the thread:
 // the same float32 arithmetic, in the same order, as on a float32 copy of the whole tensor,
@@ -44,7 +32,7 @@ void reduce_block(ReduceOp op, const In* in, T* out, std::int64_t outer, std::in
                  [&](std::int64_t begin, std::int64_t end) {
                    std::vector<float> buffer;
                    for (std::int64_t o = begin; o < end; ++o) {
-                     const T* row = as_compute_type<T>(in + o * reduced, reduced, buffer);
+                     const T* row = in_compute_type(in + o * reduced, reduced, buffer);
                      if (op == ReduceOp::sum) {
                        Accumulator total = 0;
                        for (std::int64_t r = 0; r < reduced; ++r) total += static_cast<Accumulator>(row[r]);
@@ -70,10 +58,10 @@ void reduce_block(ReduceOp op, const In* in, T* out, std::int64_t outer, std::in
       for (std::int64_t i = 0; i < columns; ++i) destination[i] = T{};
       return;
     }
-    const T* first = as_compute_type<T>(source, columns, buffer);
+    const T* first = in_compute_type(source, columns, buffer);
     for (std::int64_t i = 0; i < columns; ++i) destination[i] = first[i];
     for (std::int64_t r = 1; r < reduced; ++r) {
-      const T* row = as_compute_type<T>(source + r * inner, columns, buffer);
+      const T* row = in_compute_type(source + r * inner, columns, buffer);
       if (op == ReduceOp::sum) {
         for (std::int64_t i = 0; i < columns; ++i) destination[i] = scalar::add(destination[i], row[i]);
       } else if (op == ReduceOp::max) {
