@@ -262,6 +262,32 @@ TEST(HalfPrecisionTensors, ReductionsEqualTheFloat32CopyRounded) {
   }
 }
 
+// Softmax and its gradient on 16-bit lines along the last axis, converted a group of lines at a
+// time: the float32 rule's results rounded, bit for bit, with lines shorter than a group (many
+// a group, the last group partial), longer than one (a group of one line), on 1 and 2 threads.
+TEST(HalfPrecisionTensors, SoftmaxLinesInGroupsEqualTheFloat32RuleRounded) {
+  const int threads = num_threads();
+  const Shape shapes[] = {{37, 7}, {700, 50}, {5, 3000}};
+  for (int thread_count : {1, 2}) {
+    set_num_threads(thread_count);
+    for (DType dtype : {bfloat16, float16}) {
+      for (const Shape& shape : shapes) {
+        Tensor x = testing::random_tensor(shape, 51, float32).astype(dtype);
+        Tensor dy = testing::random_tensor(shape, 52, float32).astype(dtype);
+        Tensor y = ops::softmax(x, -1);
+        EXPECT_EQ(y.to_vector<double>(), ops::softmax(x.astype(float32), -1).astype(dtype).to_vector<double>())
+            << dtype_name(dtype) << " " << shape_to_string(shape) << " threads " << thread_count;
+        Tensor dx = Tensor::empty(shape, dtype), wide_dx = Tensor::empty(shape, float32);
+        cpu::softmax_gradient(y, dy, 1, false, dx);
+        cpu::softmax_gradient(y.astype(float32), dy.astype(float32), 1, false, wide_dx);
+        EXPECT_EQ(dx.to_vector<double>(), wide_dx.astype(dtype).to_vector<double>())
+            << dtype_name(dtype) << " " << shape_to_string(shape) << " threads " << thread_count;
+      }
+    }
+  }
+  set_num_threads(threads);
+}
+
 // A 16-bit operand meeting a float32 one (a float32 seed's gradient through a bfloat16 product)
 // is read as 16 bits, never as float32: the product of float32 copies.
 TEST(HalfPrecisionTensors, AProductOfMixedDtypesReadsEachAsItIs) {

@@ -9,7 +9,6 @@
 namespace keras::cpu {
 namespace {
 
-// Copies between two strided views of the same logical shape, element size `bytes`.
 // `count` elements of kBytes bytes, `from_stride` and `to_stride` elements apart. The size is a
 // constant so that each copy is one load and one store: with the size known only at run time
 // every element was a call to memcpy, and a transpose of the last two axes of 16x4x128x128
@@ -20,6 +19,7 @@ void copy_elements(const char* from, char* to, std::int64_t count, std::int64_t 
   for (std::int64_t i = 0; i < count; ++i) std::memcpy(to + i * step_to, from + i * step_from, kBytes);
 }
 
+// Copies between two strided views of the same logical shape, element size `bytes`.
 void strided_copy(const Shape& shape, const std::vector<std::int64_t>& source_strides,
                   const std::vector<std::int64_t>& destination_strides, const void* source,
                   void* destination, std::size_t bytes) {

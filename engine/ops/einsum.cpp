@@ -174,8 +174,8 @@ Tensor einsum(const std::string& equation, const Tensor& a_in, const Tensor& b_i
     // computed in float32 and rounded once, as XLA computes a dot. Without such a sum the
     // lowering is exact but for the one product, which the matmul kernel computes in float32
     // and rounds once: it runs on the 16-bit tensors themselves. (Copying every einsum's
-    // operands to float32 and back, forward and backward, was 12% of the mixed_bfloat16
-    // transformer step's conversions.)
+    // operands to float32 and back, forward and backward, made attention's score einsum 2.0 ms
+    // in bfloat16 against 1.0 in float32; on the 16-bit tensors it takes 0.88.)
     return cast(einsum(equation, cast(a_in, float32), cast(b_in, float32)), a_in.dtype());
   }
   std::array<std::string, 2> terms = parsed.operands;
