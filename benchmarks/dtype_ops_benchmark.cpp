@@ -1,5 +1,6 @@
 // The ops of a transformer step at examples/transformer_lm's shapes (batch 16, 128 bytes,
-// width 128, 4 heads of 32; the feed-forward's 512), each timed in float32 and in bfloat16:
+// width 128, 4 heads of 32; the feed-forward's 512) and the convolutions of the guide's convnet
+// (examples/fashion_mnist/guide_convnet.h, batch 128), each timed in float32 and in bfloat16:
 // where a `mixed_bfloat16` step spends more than a float32 one, op by op. Each benchmark takes
 // the dtype as its argument (0 float32, 1 bfloat16), so the two sit side by side in the output;
 // run with --benchmark_repetitions and read the medians, this VM's timings drift between minutes.
@@ -84,13 +85,56 @@ void BM_AttentionForwardBackward(benchmark::State& state) {
   Tensor query = random_tensor(kHeads, dtype, 15), key = random_tensor(kHeads, dtype, 16);
   Tensor value = random_tensor(kHeads, dtype, 17), seed = Tensor::ones(kHeads, dtype);
   time_op(state, [&] {
-    Tensor q = query, k = key, v = value;
+    // Fresh leaves each time: a leaf kept between calls would add each call's gradient into the last.
+    Tensor q = query.detach(), k = key.detach(), v = value.detach();
     q.set_requires_grad(true);
     k.set_requires_grad(true);
     v.set_requires_grad(true);
     Tensor attended = keras::layers::dot_product_attention(q, k, v, Tensor(), std::nullopt, /*is_causal=*/true,
                                                            nullptr, /*training=*/false);
     attended.backward(seed);
+  });
+}
+
+// The guide convnet's three convolutions at batch 128, forward and both gradients:
+// (input shape, kernel shape, stride, padding) by the benchmark's second argument.
+struct ConvolutionLayer {
+  keras::Shape input, kernel;
+  std::int64_t stride;
+  const char* padding;
+};
+const ConvolutionLayer kConvolutions[] = {{{128, 28, 28, 1}, {3, 3, 1, 12}, 1, "same"},
+                                          {{128, 28, 28, 12}, {6, 6, 12, 24}, 2, "valid"},
+                                          {{128, 12, 12, 24}, {6, 6, 24, 32}, 2, "same"}};
+
+void BM_ConvolutionForwardBackward(benchmark::State& state) {
+  const keras::DType dtype = dtype_of(state);
+  const ConvolutionLayer& layer = kConvolutions[state.range(1)];
+  Tensor input = random_tensor(layer.input, dtype, 18), kernel = random_tensor(layer.kernel, dtype, 19);
+  const std::vector<std::int64_t> strides{layer.stride, layer.stride};
+  Tensor seed = Tensor::ones(keras::ops::conv(input, kernel, strides, layer.padding).shape(), dtype);
+  time_op(state, [&] {
+    Tensor x = input.detach(), k = kernel.detach();
+    x.set_requires_grad(state.range(1) > 0);  // the first layer's input (the images) needs none
+    k.set_requires_grad(true);
+    keras::ops::conv(x, k, strides, layer.padding).backward(seed);
+  });
+}
+
+// What follows each convolution: BatchNormalization (no scale, a float32 offset) and ReLU,
+// forward and backward, on the convolution's output by the second argument.
+void BM_BatchNormalizationReluForwardBackward(benchmark::State& state) {
+  const keras::DType dtype = dtype_of(state);
+  const ConvolutionLayer& layer = kConvolutions[state.range(1)];
+  const keras::Shape shape = keras::ops::conv(Tensor::zeros(layer.input), Tensor::zeros(layer.kernel),
+                                              {layer.stride, layer.stride}, layer.padding).shape();
+  Tensor input = random_tensor(shape, dtype, 20), offset = random_tensor({shape.back()}, keras::float32, 21);
+  Tensor seed = Tensor::ones(shape, dtype);
+  time_op(state, [&] {
+    Tensor x = input.detach(), beta = offset.detach();
+    x.set_requires_grad(true);
+    beta.set_requires_grad(true);
+    keras::ops::relu(keras::ops::fused_batch_normalization(x, Tensor(), beta, 3, 1e-3)).backward(seed);
   });
 }
 
@@ -105,5 +149,10 @@ KERAS_DTYPE_BENCHMARK(BM_DenseForward);
 KERAS_DTYPE_BENCHMARK(BM_DenseInputGradient);
 KERAS_DTYPE_BENCHMARK(BM_DenseKernelGradient);
 KERAS_DTYPE_BENCHMARK(BM_AttentionForwardBackward);
+#define KERAS_CONVNET_BENCHMARK(name)                                                                       \
+  BENCHMARK(name)->ArgNames({"bfloat16", "layer"})->ArgsProduct({{0, 1}, {0, 1, 2}})->UseRealTime()->Unit( \
+      benchmark::kMicrosecond)
+KERAS_CONVNET_BENCHMARK(BM_ConvolutionForwardBackward);
+KERAS_CONVNET_BENCHMARK(BM_BatchNormalizationReluForwardBackward);
 
 }  // namespace
