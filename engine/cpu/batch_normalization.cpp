@@ -1,8 +1,12 @@
 // CPU fused batch normalization (engine/kernel_list.h): the statistics, the per-channel affine
 // map and the gradient, each one or two passes over x viewed as [outer, channels, inner].
-// bfloat16 and float16 are read as they are, a block at a time widened beside the thread and
-// each result rounded once, instead of float32 copies of the whole tensor
-// (engine/float32_compute.h). The composed form it replaces in BatchNormalization made about
+// bfloat16 and float16 are read as they are and each result rounded once (a block at a time
+// beside the thread), instead of float32 copies of the whole tensor (engine/float32_compute.h):
+// bfloat16 widened in registers inside the loops, float16 a block at a time into a buffer
+// (engine/cpu/half_conversion.h, readable_values). With the reads in the loops, bfloat16's half
+// the bytes pay: BatchNormalization+ReLU forward and backward at the guide convnet's first
+// layer (128x28x28x12), 1 thread, 2.44 ms in bfloat16 against 2.82 in float32, where a widening
+// pass first made it 3.0 (dtype_ops_benchmark, medians of 5). The composed form it replaces in BatchNormalization made about
 // eight passes forward and a dozen backward, plus four conversion passes under a 16-bit policy
 // (docs/ARCHITECTURE.md, "Fused batch normalization").
 //
@@ -184,13 +188,13 @@ void batch_normalization_statistics(const Tensor& x, int axis, Tensor& mean, Ten
         view,
         [&](std::int64_t block, WideningBuffers& buffers, double* block_sum, double* block_squares) {
           const std::int64_t rows = view.rows_in(block), count = rows * row;
-          const W* wide = in_compute_type(data + block * view.rows_per_block * row, count, buffers.x);
+          const auto* values = readable_values(data + block * view.rows_per_block * row, count, buffers.x);
           if (view.inner == 1) {
             const double* shifts = shift_lanes.data();
             span_lane_sums(
                 view, count,
                 [&](std::int64_t at, std::int64_t lane, double& lane_sum, double& lane_squares) {
-                  const double d = static_cast<double>(wide[at]) - shifts[lane];
+                  const double d = static_cast<double>(static_cast<W>(values[at])) - shifts[lane];
                   lane_sum += d;
                   lane_squares += d * d;
                 },
@@ -201,7 +205,7 @@ void batch_normalization_statistics(const Tensor& x, int axis, Tensor& mean, Ten
             const double channel_shift = shift[static_cast<std::size_t>(c)];
             double run_sum = 0, run_squares = 0;
             for (std::int64_t i = 0; i < view.inner; ++i) {
-              const double d = static_cast<double>(wide[offset + i]) - channel_shift;
+              const double d = static_cast<double>(static_cast<W>(values[offset + i])) - channel_shift;
               run_sum += d;
               run_squares += d * d;
             }
@@ -235,23 +239,25 @@ void channel_affine(const Tensor& x, const Tensor& multiplier, const Tensor& off
     Element* result = elements_of<Element>(out);
     const std::int64_t row = view.row_elements();
     parallel_for(view.blocks, 1, [&](std::int64_t begin, std::int64_t end) {
-      std::vector<float> in_buffer, out_buffer;
+      WideningBuffers buffers;
       for (std::int64_t block = begin; block < end; ++block) {
         const std::int64_t count = view.rows_in(block) * row, start = block * view.rows_per_block * row;
-        const W* wide = in_compute_type(data + start, count, in_buffer);
-        write_from_compute_type(result + start, count, out_buffer, [&](W* destination) {
+        const auto* values = readable_values(data + start, count, buffers.x);
+        write_from_compute_type(result + start, count, buffers.out, [&](W* destination) {
           if (view.inner == 1) {
             const W* scales = scale_lanes.data();
             const W* shifts = shift_lanes.data();
             for_each_span(view, count, [&](std::int64_t at, std::int64_t length) {
-              const W* in = wide + at;
+              const auto* in = values + at;
               W* to = destination + at;
-              for (std::int64_t j = 0; j < length; ++j) to[j] = in[j] * scales[j] + shifts[j];
+              for (std::int64_t j = 0; j < length; ++j) to[j] = static_cast<W>(in[j]) * scales[j] + shifts[j];
             });
             return;
           }
           for_each_channel_run(view, view.rows_in(block), [&](std::int64_t at, std::int64_t c) {
-            for (std::int64_t i = 0; i < view.inner; ++i) destination[at + i] = wide[at + i] * scale[c] + shift[c];
+            for (std::int64_t i = 0; i < view.inner; ++i) {
+              destination[at + i] = static_cast<W>(values[at + i]) * scale[c] + shift[c];
+            }
           });
         });
       }
@@ -290,16 +296,17 @@ void batch_normalization_gradient(const Tensor& x, const Tensor& output_gradient
         [&](std::int64_t block, WideningBuffers& buffers, double* block_sum, double* block_centered) {
           const std::int64_t rows = view.rows_in(block), count = rows * row;
           const std::int64_t start = block * view.rows_per_block * row;
-          const W* wide = in_compute_type(data + start, count, buffers.x);
-          const W* wide_gradient = in_compute_type(gradient + start, count, buffers.gradient);
+          const auto* values = readable_values(data + start, count, buffers.x);
+          const auto* gradients = readable_values(gradient + start, count, buffers.gradient);
           if (view.inner == 1) {
             const W* lane_means = mean_lanes.data();
             span_lane_sums(
                 view, count,
                 [&](std::int64_t at, std::int64_t lane, double& lane_sum, double& lane_centered) {
-                  const double gradient_value = static_cast<double>(wide_gradient[at]);
+                  const double gradient_value = static_cast<double>(static_cast<W>(gradients[at]));
                   lane_sum += gradient_value;
-                  lane_centered += gradient_value * (static_cast<double>(wide[at]) - static_cast<double>(lane_means[lane]));
+                  lane_centered += gradient_value * (static_cast<double>(static_cast<W>(values[at])) -
+                                                     static_cast<double>(lane_means[lane]));
                 },
                 block_sum, block_centered);
             return;
@@ -308,9 +315,9 @@ void batch_normalization_gradient(const Tensor& x, const Tensor& output_gradient
             const double channel_mean = static_cast<double>(means[c]);
             double run_sum = 0, run_centered = 0;
             for (std::int64_t i = 0; i < view.inner; ++i) {
-              const double gradient_value = static_cast<double>(wide_gradient[offset + i]);
+              const double gradient_value = static_cast<double>(static_cast<W>(gradients[offset + i]));
               run_sum += gradient_value;
-              run_centered += gradient_value * (static_cast<double>(wide[offset + i]) - channel_mean);
+              run_centered += gradient_value * (static_cast<double>(static_cast<W>(values[offset + i])) - channel_mean);
             }
             block_sum[c] += run_sum;
             block_centered[c] += run_centered;
@@ -341,30 +348,32 @@ void batch_normalization_gradient(const Tensor& x, const Tensor& output_gradient
 
     // Pass 2: dx.
     parallel_for(view.blocks, 1, [&](std::int64_t begin, std::int64_t end) {
-      std::vector<float> x_buffer, gradient_buffer, out_buffer;
+      WideningBuffers buffers;
       for (std::int64_t block = begin; block < end; ++block) {
         const std::int64_t rows = view.rows_in(block), count = rows * row;
         const std::int64_t start = block * view.rows_per_block * row;
-        const W* wide = in_compute_type(data + start, count, x_buffer);
-        const W* wide_gradient = in_compute_type(gradient + start, count, gradient_buffer);
-        write_from_compute_type(result + start, count, out_buffer, [&](W* destination) {
+        const auto* values = readable_values(data + start, count, buffers.x);
+        const auto* gradients = readable_values(gradient + start, count, buffers.gradient);
+        write_from_compute_type(result + start, count, buffers.out, [&](W* destination) {
           if (view.inner == 1) {
             const W* a = scale_lanes.data();
             const W* b = gradient_mean_lanes.data();
             const W* k = slope_lanes.data();
             const W* m = mean_lanes.data();
             for_each_span(view, count, [&](std::int64_t at, std::int64_t length) {
-              const W* in = wide + at;
-              const W* g = wide_gradient + at;
+              const auto* in = values + at;
+              const auto* g = gradients + at;
               W* to = destination + at;
-              for (std::int64_t j = 0; j < length; ++j) to[j] = a[j] * (g[j] - b[j]) - k[j] * (in[j] - m[j]);
+              for (std::int64_t j = 0; j < length; ++j) {
+                to[j] = a[j] * (static_cast<W>(g[j]) - b[j]) - k[j] * (static_cast<W>(in[j]) - m[j]);
+              }
             });
             return;
           }
           for_each_channel_run(view, rows, [&](std::int64_t at, std::int64_t c) {
             for (std::int64_t i = 0; i < view.inner; ++i) {
-              destination[at + i] = gradient_scale[c] * (wide_gradient[at + i] - gradient_mean[c]) -
-                                    slope[c] * (wide[at + i] - means[c]);
+              destination[at + i] = gradient_scale[c] * (static_cast<W>(gradients[at + i]) - gradient_mean[c]) -
+                                    slope[c] * (static_cast<W>(values[at + i]) - means[c]);
             }
           });
         });

@@ -45,6 +45,13 @@ void dispatch_floating_or_half(DType dtype, const char* what, Fn&& fn) {
   dispatch_floating(dtype, what, fn);
 }
 
+// Whether a loop can read an element type in place, converting in registers: the types that
+// compute as stored, and bfloat16, whose widening is a shift compilers vectorise (float16's is
+// not: it is widened a block at a time by in_compute_type). A loop bound by its arithmetic
+// then hides the reads, where a widening pass first is one more pass through memory.
+template <typename Element>
+constexpr bool reads_in_registers = computes_as_stored<Element> || std::is_same_v<Element, BFloat16>;
+
 // `count` elements in their compute type: the tensor's own for all but the 16-bit types, which
 // are widened into `buffer` (beside the thread, in cache).
 template <typename Element>
@@ -55,6 +62,18 @@ const ComputeType<Element>* in_compute_type(const Element* x, std::int64_t count
     buffer.resize(static_cast<std::size_t>(count));
     widen(x, buffer.data(), count);
     return buffer.data();
+  }
+}
+
+// `count` elements as a loop should read them, each through static_cast<ComputeType<Element>>:
+// in place where the loop converts in registers (reads_in_registers), else widened into
+// `buffer` by in_compute_type.
+template <typename Element>
+auto readable_values(const Element* x, std::int64_t count, std::vector<float>& buffer) {
+  if constexpr (reads_in_registers<Element>) {
+    return x;
+  } else {
+    return in_compute_type(x, count, buffer);
   }
 }
 
