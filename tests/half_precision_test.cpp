@@ -288,6 +288,63 @@ TEST(HalfPrecisionTensors, SoftmaxLinesInGroupsEqualTheFloat32RuleRounded) {
   set_num_threads(threads);
 }
 
+// The batch normalization kernels on 16-bit x (bfloat16 read in registers inside the loops,
+// float16 widened a block at a time) give the float32 kernels' results on x's float32 copy, the
+// 16-bit outputs rounded once, bit for bit: channels-last shapes whose span holds one lane group
+// and several, whose blocks end mid-span, one block and several; channels first; 1 and 2 threads.
+TEST(HalfPrecisionTensors, BatchNormalizationKernelsEqualTheFloat32KernelsRounded) {
+  struct Case {
+    Shape shape;
+    int axis;
+  };
+  const Case cases[] = {{{5, 9, 9, 12}, 3},  {{3, 50, 70, 12}, 3}, {{33, 7, 5, 40}, 3},
+                        {{4001, 1}, 1},      {{17, 64}, 1},        {{6, 40, 37}, 1}};
+  const int threads = num_threads();
+  auto same_bits = [](const Tensor& got, const Tensor& expected) {
+    return got.dtype() == expected.dtype() && got.shape() == expected.shape() &&
+           std::memcmp(got.raw_data(), expected.raw_data(), got.nbytes()) == 0;
+  };
+  for (int thread_count : {1, 2}) {
+    set_num_threads(thread_count);
+    for (DType dtype : {bfloat16, float16}) {
+      for (const Case& c : cases) {
+        const std::string what = str(dtype_name(dtype), " ", shape_to_string(c.shape), " threads ", thread_count);
+        const std::int64_t channels = c.shape[static_cast<std::size_t>(c.axis)];
+        // Away from zero, so the per-channel shift and the centred sums matter.
+        Tensor x = ops::add(testing::random_tensor(c.shape, 61, float32), Tensor::scalar(3.0)).astype(dtype);
+        Tensor dy = testing::random_tensor(c.shape, 62, float32).astype(dtype);
+        Tensor wide_x = x.astype(float32), wide_dy = dy.astype(float32);
+        auto per_channel = [&] { return Tensor::empty({channels}, float32); };
+
+        Tensor mean = per_channel(), variance = per_channel(), wide_mean = per_channel(), wide_variance = per_channel();
+        cpu::batch_normalization_statistics(x, c.axis, mean, variance);
+        cpu::batch_normalization_statistics(wide_x, c.axis, wide_mean, wide_variance);
+        EXPECT_TRUE(same_bits(mean, wide_mean)) << what;
+        EXPECT_TRUE(same_bits(variance, wide_variance)) << what;
+
+        Tensor multiplier = testing::random_tensor({channels}, 63, float32);
+        Tensor offset = testing::random_tensor({channels}, 64, float32);
+        Tensor out = Tensor::empty(c.shape, dtype), wide_out = Tensor::empty(c.shape, float32);
+        cpu::channel_affine(x, multiplier, offset, c.axis, out);
+        cpu::channel_affine(wide_x, multiplier, offset, c.axis, wide_out);
+        EXPECT_TRUE(same_bits(out, wide_out.astype(dtype))) << what;
+
+        Tensor inverse = ops::reciprocal(ops::sqrt(ops::add(wide_variance, Tensor::scalar(1e-3))));
+        Tensor scale = testing::random_tensor({channels}, 65, float32);
+        Tensor dx = Tensor::empty(c.shape, dtype), wide_dx = Tensor::empty(c.shape, float32);
+        Tensor sum = per_channel(), centered = per_channel(), wide_sum = per_channel(), wide_centered = per_channel();
+        cpu::batch_normalization_gradient(x, dy, wide_mean, inverse, scale, c.axis, dx, sum, centered);
+        cpu::batch_normalization_gradient(wide_x, wide_dy, wide_mean, inverse, scale, c.axis, wide_dx, wide_sum,
+                                          wide_centered);
+        EXPECT_TRUE(same_bits(dx, wide_dx.astype(dtype))) << what;
+        EXPECT_TRUE(same_bits(sum, wide_sum)) << what;
+        EXPECT_TRUE(same_bits(centered, wide_centered)) << what;
+      }
+    }
+  }
+  set_num_threads(threads);
+}
+
 // A 16-bit operand meeting a float32 one (a float32 seed's gradient through a bfloat16 product)
 // is read as 16 bits, never as float32: the product of float32 copies.
 TEST(HalfPrecisionTensors, AProductOfMixedDtypesReadsEachAsItIs) {
