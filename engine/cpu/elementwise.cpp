@@ -1,6 +1,7 @@
 // CPU element-wise kernels: fill, cast, unary ops and their fused gradients, binary ops with
 // broadcasting, where.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -66,34 +67,75 @@ void map_contiguous(const In* x, Out* out, std::int64_t count, Fn fn) {
 }
 
 // bfloat16 and float16 element-wise ops, fused with their conversions: each thread's range
-// goes through in chunks that are widened into float32 on the stack, computed by the float32
-// loop and narrowed into the output, so a 16-bit op reads and writes 16 bits an element
-// instead of the three float32 passes engine/float32_compute.h would add (on the mixed
-// transformer step the conversions took 12.5% of the time; see half_conversion.h).
+// goes through in chunks computed in float32 on the stack and narrowed into the output, so a
+// 16-bit op reads and writes 16 bits an element instead of the three float32 passes
+// engine/float32_compute.h would add (on the mixed transformer step the conversions took
+// 12.5% of the time; see half_conversion.h). The loops read bfloat16 in place, widened in
+// registers, and float16 widened a chunk at a time (half_conversion.h's reads_in_registers):
+// a widening pass first was 2.8% of the mixed transformer step (perf, 1 thread).
 constexpr std::int64_t kHalfChunk = 1024;
 
-// The chunk loop every fused 16-bit kernel shares: each of `inputs` widened a chunk at a time,
-// compute(widened, result, start, n) on float32 (widened[i] is inputs[i]'s chunk, `start` the
-// chunk's first element), the result narrowed into `out`.
+// The chunk loop every fused 16-bit kernel shares: compute(in, result, start, n) writes a
+// chunk's n float32 results (`start` the chunk's first element), where in[i] is inputs[i]'s
+// chunk as the loop reads it (each element through static_cast<float>); the result is narrowed
+// into `out`.
 template <typename Half, typename Compute, typename... Inputs>
 void in_float32_chunks(Half* out, std::int64_t count, Compute compute, const Inputs*... inputs) {
+  static_assert((std::is_same_v<Inputs, Half> && ...), "the inputs are of the output's 16-bit type");
+  using Readable = std::conditional_t<reads_in_registers<Half>, Half, float>;
   parallel_for(count, kParallelGrain, [&](std::int64_t begin, std::int64_t end) {
     alignas(32) float widened[sizeof...(Inputs)][kHalfChunk];
     alignas(32) float result[kHalfChunk];
     for (std::int64_t start = begin; start < end; start += kHalfChunk) {
       std::int64_t n = std::min(kHalfChunk, end - start);
+      std::array<const Readable*, sizeof...(Inputs)> in;
       std::size_t input = 0;
-      (widen(inputs + start, widened[input++], n), ...);
-      compute(widened, result, start, n);
+      auto chunk_of = [&](const Half* source) -> const Readable* {
+        if constexpr (reads_in_registers<Half>) {
+          return source + start;
+        } else {
+          widen(source + start, widened[input], n);
+          return widened[input];
+        }
+      };
+      ((in[input] = chunk_of(inputs), ++input), ...);
+      compute(in, result, start, n);
       narrow(result, out + start, n);
     }
   });
 }
 
+// The fused kernels' loops: plain functions with __restrict pointers as map_range (written
+// inline over the chunks, with a running index into the repeated operand, GCC kept them scalar,
+// and a bfloat16 bias add over the attention scores took 5x the float32 add's time: 1.6 against
+// 0.32 ms for 16x4x128x128, one thread), each operand read through static_cast<float>.
+template <typename In, typename Fn>
+void map_to_float(const In* __restrict x, float* __restrict out, std::int64_t n, Fn fn) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = fn(static_cast<float>(x[i]));
+}
+template <typename In, typename Fn>
+void gradient_to_float(const In* __restrict x, const In* __restrict gradient, float* __restrict out, std::int64_t n,
+                       Fn derivative) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(gradient[i]) * derivative(static_cast<float>(x[i]));
+}
+template <typename A, typename B, typename Fn>
+void zip_range(const A* __restrict a, const B* __restrict b, float* __restrict out, std::int64_t n, Fn fn) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = fn(static_cast<float>(a[i]), static_cast<float>(b[i]));
+}
+template <typename A, typename Fn>
+void zip_range_with_value(const A* __restrict a, float value, float* __restrict out, std::int64_t n,
+                          bool value_first, Fn fn) {
+  if (value_first) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = fn(value, static_cast<float>(a[i]));
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = fn(static_cast<float>(a[i]), value);
+  }
+}
+
 template <typename Half, typename Fn>
 void map_half(const Half* x, Half* out, std::int64_t count, Fn fn) {
   in_float32_chunks(
-      out, count, [&](auto& in, float* result, std::int64_t, std::int64_t n) { map_range(in[0], result, 0, n, fn); },
+      out, count, [&](auto& in, float* result, std::int64_t, std::int64_t n) { map_to_float(in[0], result, n, fn); },
       x);
 }
 
@@ -101,26 +143,8 @@ template <typename Half, typename Fn>
 void gradient_half(const Half* x, const Half* gradient, Half* out, std::int64_t count, Fn derivative) {
   in_float32_chunks(
       out, count,
-      [&](auto& in, float* result, std::int64_t, std::int64_t n) { gradient_range(in[0], in[1], result, 0, n, derivative); },
+      [&](auto& in, float* result, std::int64_t, std::int64_t n) { gradient_to_float(in[0], in[1], result, n, derivative); },
       x, gradient);
-}
-
-// out[i] = fn(a[i], b[i]) on float32 chunks, in a plain function with __restrict pointers as
-// map_range: written inline over the chunk arrays, with a running index into the repeated
-// operand, GCC kept these loops scalar, and a bfloat16 bias add over the attention scores
-// took 5x the float32 add's time (1.6 against 0.32 ms for 16x4x128x128, one thread).
-template <typename Fn>
-void zip_range(const float* __restrict a, const float* __restrict b, float* __restrict out, std::int64_t n, Fn fn) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = fn(a[i], b[i]);
-}
-template <typename Fn>
-void zip_range_with_value(const float* __restrict a, float value, float* __restrict out, std::int64_t n,
-                          bool value_first, Fn fn) {
-  if (value_first) {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = fn(value, a[i]);
-  } else {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = fn(a[i], value);
-  }
 }
 
 template <typename Half, typename Fn>
