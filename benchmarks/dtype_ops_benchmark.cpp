@@ -79,6 +79,13 @@ void BM_DenseKernelGradient(benchmark::State& state) {
   time_op(state, [&] { benchmark::DoNotOptimize(keras::ops::detail::matmul_transposed(x, dy, true, false)); });
 }
 
+// The feed-forward's bias gradient: the output gradient (16, 128, 512) summed over batch and
+// sequence, a column sum.
+void BM_BiasGradient(benchmark::State& state) {
+  Tensor dy = random_tensor({16, 128, 512}, dtype_of(state), 22);
+  time_op(state, [&] { benchmark::DoNotOptimize(keras::ops::sum(dy, {0, 1})); });
+}
+
 // Causal dot-product attention, forward and backward, as MultiHeadAttention runs it.
 void BM_AttentionForwardBackward(benchmark::State& state) {
   const keras::DType dtype = dtype_of(state);
@@ -148,6 +155,7 @@ KERAS_DTYPE_BENCHMARK(BM_TransposeLastTwoAxes);
 KERAS_DTYPE_BENCHMARK(BM_DenseForward);
 KERAS_DTYPE_BENCHMARK(BM_DenseInputGradient);
 KERAS_DTYPE_BENCHMARK(BM_DenseKernelGradient);
+KERAS_DTYPE_BENCHMARK(BM_BiasGradient);
 KERAS_DTYPE_BENCHMARK(BM_AttentionForwardBackward);
 #define KERAS_CONVNET_BENCHMARK(name)                                                                       \
   BENCHMARK(name)->ArgNames({"bfloat16", "layer"})->ArgsProduct({{0, 1}, {0, 1, 2}})->UseRealTime()->Unit( \

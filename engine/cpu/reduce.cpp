@@ -18,10 +18,11 @@ namespace keras::cpu {
 namespace {
 
 // One block [outer, reduced, inner] of `in` (elements In) into `out` (elements T, the compute
-// type). A 16-bit input is widened a row (or a row's columns) at a time beside the thread:
-// the same float32 arithmetic, in the same order, as on a float32 copy of the whole tensor,
-// without the copy (the bias gradients' column sums made it 1.5% of the mixed_bfloat16
-// transformer step).
+// type). A 16-bit input is read as it is (bfloat16 widened in registers in the loops, float16
+// a row, or a row's columns, at a time beside the thread: half_conversion.h's
+// readable_values): the same float32 arithmetic, in the same order, as on a float32 copy of
+// the whole tensor, without the copy (the bias gradients' column sums made it 1.5% of the
+// mixed_bfloat16 transformer step).
 template <typename T, typename In = T>
 void reduce_block(ReduceOp op, const In* in, T* out, std::int64_t outer, std::int64_t reduced,
                   std::int64_t inner) {
@@ -32,16 +33,16 @@ void reduce_block(ReduceOp op, const In* in, T* out, std::int64_t outer, std::in
                  [&](std::int64_t begin, std::int64_t end) {
                    std::vector<float> buffer;
                    for (std::int64_t o = begin; o < end; ++o) {
-                     const T* row = in_compute_type(in + o * reduced, reduced, buffer);
+                     const auto* row = readable_values(in + o * reduced, reduced, buffer);
                      if (op == ReduceOp::sum) {
                        Accumulator total = 0;
-                       for (std::int64_t r = 0; r < reduced; ++r) total += static_cast<Accumulator>(row[r]);
+                       for (std::int64_t r = 0; r < reduced; ++r) total += static_cast<Accumulator>(static_cast<T>(row[r]));
                        out[o] = static_cast<T>(total);
                      } else {
-                       T best = row[0];
+                       T best = static_cast<T>(row[0]);
                        for (std::int64_t r = 1; r < reduced; ++r) {
-                         best = op == ReduceOp::max ? scalar::maximum(best, row[r])
-                                                    : scalar::minimum(best, row[r]);
+                         best = op == ReduceOp::max ? scalar::maximum(best, static_cast<T>(row[r]))
+                                                    : scalar::minimum(best, static_cast<T>(row[r]));
                        }
                        out[o] = best;
                      }
@@ -58,16 +59,16 @@ void reduce_block(ReduceOp op, const In* in, T* out, std::int64_t outer, std::in
       for (std::int64_t i = 0; i < columns; ++i) destination[i] = T{};
       return;
     }
-    const T* first = in_compute_type(source, columns, buffer);
-    for (std::int64_t i = 0; i < columns; ++i) destination[i] = first[i];
+    const auto* first = readable_values(source, columns, buffer);
+    for (std::int64_t i = 0; i < columns; ++i) destination[i] = static_cast<T>(first[i]);
     for (std::int64_t r = 1; r < reduced; ++r) {
-      const T* row = in_compute_type(source + r * inner, columns, buffer);
+      const auto* row = readable_values(source + r * inner, columns, buffer);
       if (op == ReduceOp::sum) {
-        for (std::int64_t i = 0; i < columns; ++i) destination[i] = scalar::add(destination[i], row[i]);
+        for (std::int64_t i = 0; i < columns; ++i) destination[i] = scalar::add(destination[i], static_cast<T>(row[i]));
       } else if (op == ReduceOp::max) {
-        for (std::int64_t i = 0; i < columns; ++i) destination[i] = scalar::maximum(destination[i], row[i]);
+        for (std::int64_t i = 0; i < columns; ++i) destination[i] = scalar::maximum(destination[i], static_cast<T>(row[i]));
       } else {
-        for (std::int64_t i = 0; i < columns; ++i) destination[i] = scalar::minimum(destination[i], row[i]);
+        for (std::int64_t i = 0; i < columns; ++i) destination[i] = scalar::minimum(destination[i], static_cast<T>(row[i]));
       }
     }
   };
