@@ -5,10 +5,11 @@
 // bfloat16 widened in registers inside the loops, float16 a block at a time into a buffer
 // (engine/cpu/half_conversion.h, readable_values). With the reads in the loops, bfloat16's half
 // the bytes pay: BatchNormalization+ReLU forward and backward at the guide convnet's first
-// layer (128x28x28x12), 1 thread, 2.44 ms in bfloat16 against 2.82 in float32, where a widening
-// pass first made it 3.0 (dtype_ops_benchmark, medians of 5). The composed form it replaces in BatchNormalization made about
-// eight passes forward and a dozen backward, plus four conversion passes under a 16-bit policy
-// (docs/ARCHITECTURE.md, "Fused batch normalization").
+// layer (128x28x28x12), 1 thread, 2.44 ms in bfloat16 against 2.82 in float32, where a
+// widening pass first made it 3.0 (dtype_ops_benchmark, medians of 5). The composed form it
+// replaces in BatchNormalization made about eight passes forward and a dozen backward, plus
+// four conversion passes under a 16-bit policy (docs/ARCHITECTURE.md, "Fused batch
+// normalization").
 //
 // Sums run over blocks of whole rows in a fixed order and accumulate in double, so a result does
 // not depend on the thread count.
@@ -72,7 +73,8 @@ std::vector<T> lanes_of(const ChannelView& view, const Source* per_channel) {
   return lanes;
 }
 
-// Lanes summed at once by span_lane_sums: 16 doubles, four AVX2 registers a sum.
+// Lanes summed at once by span_lane_sums: 16 doubles, four AVX2 registers a sum. A span is a
+// multiple of 16 elements (channel_view), so the groups tile it.
 constexpr std::int64_t kLaneGroup = 16;
 
 // inner = 1: for each lane j of a span, two double sums over a block of `count` elements, span
